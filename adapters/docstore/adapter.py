@@ -1,0 +1,84 @@
+"""Adapter for the SQLite docstore: suppressed column, DELETE + VACUUM, byte scan of the file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tombstone.contract import Adapter, Capability, ProbeResult
+from tombstone.errors import ConfigError, PhysicalUnsupportedError
+from tombstone.lineage.db import ArtifactRecord
+from tombstone.verify.levels import Level
+
+from .store import BACKEND, DocStore
+
+
+class DocstoreAdapter(Adapter):
+    """Options: ``path`` (the SQLite file, required), ``secure_delete`` (bool, optional)."""
+
+    backend = BACKEND
+    capabilities = frozenset(
+        {Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN}
+    )
+    levels = (Level.LOGICAL, Level.PHYSICAL)
+
+    def __init__(self, store: str, options: dict[str, Any]) -> None:
+        super().__init__(store, options)
+        if "path" not in options:
+            raise ConfigError(f"store {store!r}: the docstore backend needs path = \"...\"")
+        self.docs = DocStore(
+            options["path"], store=store, secure_delete=options.get("secure_delete"), create=False
+        )
+
+    def close(self) -> None:
+        self.docs.close()
+
+    @staticmethod
+    def _ids(artifacts: Sequence[ArtifactRecord]) -> list[str]:
+        return [a.artifact_id for a in artifacts]
+
+    def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        return {"mechanism": "suppressed column", "rows_marked": self.docs.mark_suppressed(self._ids(artifacts))}
+
+    def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
+        self.docs.delete(self._ids(artifacts))
+
+    def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        size_before = self.docs.path.stat().st_size
+        deleted = self.docs.delete(self._ids(artifacts))
+        self.docs.vacuum()
+        return {
+            "steps": ["DELETE", "wal_checkpoint(TRUNCATE)", "VACUUM", "wal_checkpoint(TRUNCATE)"],
+            "rows_deleted": deleted,
+            "secure_delete": self.docs.secure_delete,
+            "file_bytes_before": size_before,
+            "file_bytes_after": self.docs.path.stat().st_size,
+        }
+
+    def probe_logical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
+        ids = self._ids(artifacts)
+        listed = {d.id for d in self.docs.all()}
+        batch = {d.id for d in self.docs.get_many(ids)}
+        results = {}
+        for art in artifacts:
+            paths = {
+                "get": self.docs.get(art.artifact_id) is not None,
+                "get_many": art.artifact_id in batch,
+                "all": art.artifact_id in listed,
+            }
+            returned = sorted(name for name, hit in paths.items() if hit)
+            results[art.artifact_id] = ProbeResult(
+                level=Level.LOGICAL,
+                passed=not returned,
+                measurement=f"returned by {', '.join(returned)}" if returned else None,
+                evidence={"paths": sorted(paths), "returned_by": returned},
+            )
+        return results
+
+    def physical_files(self) -> list[Path]:
+        files = self.docs.files()
+        if not os.access(files[0], os.R_OK):
+            raise PhysicalUnsupportedError(f"docstore file {files[0]} is not readable", store=self.store)
+        return files

@@ -1,0 +1,3 @@
+from tombstone.cli import main
+
+main()

@@ -1,0 +1,231 @@
+"""The ``tombstone`` command: a thin layer over the Python API.
+
+Exit codes: 0 success; 1 a check failed (a receipt that does not verify); 2 bad input or an
+operation that could not run. Every error is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, TombstoneError
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ReceiptError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except TombstoneError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tombstone-rag", prog_name="tombstone")
+def main() -> None:
+    """Erase a data subject from a RAG deployment and prove, level by level, how far the erasure went."""
+
+
+CONFIG_OPTION = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), default=None,
+    help="Path to tombstone.toml (default: $TOMBSTONE_CONFIG, then ./tombstone.toml).",
+)
+
+
+@main.command()
+@click.option("--home", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Directory for tombstone.toml, keys/ and lineage.db.")
+def init(home: str) -> None:
+    """Create the config, the signing key, the lineage secret and the lineage db (never overwrites keys)."""
+    from tombstone.api import init_deployment
+    from tombstone.keys import PUBLIC_KEY
+
+    config = init_deployment(home)
+    click.echo(f"config:      {config.path}")
+    click.echo(f"lineage db:  {config.lineage_db}")
+    click.echo(f"public key:  {config.keys_dir / PUBLIC_KEY}  (share it with auditors)")
+
+
+@main.command()
+@click.option("--workdir", type=click.Path(file_okay=False), default="tombstone-demo", show_default=True,
+              help="Directory to build the deployment in.")
+@click.option("--backends", default="docstore", show_default=True, help="Comma-separated backends to build.")
+@click.option("--subjects", type=int, default=5, show_default=True, help="Number of subjects to create.")
+@click.option("--erase", "erase_subject", default=None,
+              help="Subject to erase (default: the first one); 'none' builds without erasing.")
+@click.option("--force", is_flag=True, help="Rebuild a directory a previous demo created.")
+def demo(workdir: str, backends: str, subjects: int, erase_subject: str | None, force: bool) -> None:
+    """Build a small deployment through the wrappers, erase one subject, print the receipt summary."""
+    from tombstone.api import Tombstone
+    from tombstone.demo import build_demo
+
+    names = [b.strip() for b in backends.split(",") if b.strip()]
+    refs = build_demo(workdir, names, subjects, force=force)
+    root = Path(workdir)
+    click.echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})")
+    if erase_subject == "none":
+        click.echo("nothing erased (--erase none)")
+        return
+    subject = erase_subject or refs[0]
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        receipt, path = tomb.erase(subject)
+    click.echo(format_receipt(receipt))
+    click.echo(f"receipt: {path}")
+    click.echo(f"verify:  tombstone receipt verify {path}")
+
+
+@main.command()
+@click.argument("subject")
+@CONFIG_OPTION
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the receipt (default: receipts_dir/SUBJECT.json).")
+def erase(subject: str, config_path: str | None, out: str | None) -> None:
+    """Erase SUBJECT everywhere the lineage db knows of, then write its signed receipt."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        receipt, path = tomb.erase(subject, out=out)
+    click.echo(format_receipt(receipt))
+    click.echo(f"receipt: {path}")
+
+
+@main.command()
+@CONFIG_OPTION
+def resume(config_path: str | None) -> None:
+    """Finish every erasure that was interrupted, from its journal."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        finished = tomb.resume()
+    if not finished:
+        click.echo("no interrupted erasure to resume")
+    for receipt, path in finished:
+        click.echo(format_receipt(receipt))
+        click.echo(f"receipt: {path}")
+
+
+@main.command()
+@click.argument("subject", required=False)
+@CONFIG_OPTION
+def status(subject: str | None, config_path: str | None) -> None:
+    """Show erasures (sagas) and their state, or one SUBJECT's artifacts."""
+    from tombstone.api import Tombstone
+    from tombstone.errors import UnknownSubjectError
+
+    with Tombstone.open(config_path) as tomb:
+        if subject:
+            arts = tomb.lineage.artifacts_for(tomb.lineage.subject_key(subject))
+            if not arts:
+                raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it")
+            rows = [(a.store, a.backend, a.kind, a.artifact_id, a.state) for a in arts]
+            click.echo(_table(("store", "backend", "kind", "artifact", "state"), rows))
+            return
+        sagas = tomb.lineage.sagas()
+        counts = tomb.lineage.count_artifacts()
+        click.echo("artifacts: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+        if not sagas:
+            click.echo("no erasure has been run")
+            return
+        rows = [(s["saga_id"], s["subject"], s["state"], s["started_at"], s["finished_at"] or "-") for s in sagas]
+        click.echo(_table(("saga", "subject", "state", "started", "finished"), rows))
+
+
+@main.group()
+def receipt() -> None:
+    """Verify, show and describe receipts."""
+
+
+def _trusted_key(receipt_file: str, key: str | None, config_path: str | None):
+    from tombstone.config import CONFIG_NAME, load_config
+    from tombstone.keys import PUBLIC_KEY, load_public_key
+
+    if key:
+        return load_public_key(Path(key))
+    if config_path:
+        return load_public_key(load_config(config_path).keys_dir / PUBLIC_KEY)
+    for parent in Path(receipt_file).absolute().parents:
+        if (parent / CONFIG_NAME).is_file():
+            return load_public_key(load_config(parent / CONFIG_NAME).keys_dir / PUBLIC_KEY)
+    raise KeyMaterialError("no trusted public key: pass --key FILE or --config FILE")
+
+
+@receipt.command("verify")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--key", type=click.Path(dir_okay=False), default=None,
+              help="Trusted Ed25519 public key (PEM). Default: the key of the deployment the receipt lives in.")
+@CONFIG_OPTION
+def receipt_verify(file: str, key: str | None, config_path: str | None) -> None:
+    """Check a receipt's schema, hash and signature; exit 1 on any alteration."""
+    from tombstone.receipt import load_receipt, verify
+
+    data = load_receipt(file)
+    public_key = _trusted_key(file, key, config_path)
+    try:
+        result = verify(data, public_key)
+    except ReceiptError as exc:
+        raise ReceiptError(f"{file}: {exc}") from exc
+    click.echo(f"OK {file}")
+    click.echo(f"  hash:      {result.receipt_hash}")
+    click.echo(f"  signed by: {result.key_id}")
+    click.echo(f"  previous:  {result.previous_receipt_hash or '(first receipt of the chain)'}")
+
+
+@receipt.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON instead of a table.")
+def receipt_show(file: str, as_json: bool) -> None:
+    """Print a receipt as a readable table (this does not verify it)."""
+    from tombstone.receipt import load_receipt, validate_schema
+
+    data = load_receipt(file)
+    validate_schema(data)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    click.echo(format_receipt(data))
+    click.echo("(not verified here: run 'tombstone receipt verify FILE')")
+
+
+@receipt.command("schema")
+def receipt_schema_cmd() -> None:
+    """Print the published JSON Schema of the receipt format."""
+    from tombstone.receipt import receipt_schema
+
+    click.echo(json.dumps(receipt_schema(), indent=2))
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+    cells = [tuple(str(c) for c in header)] + [tuple(str(c) for c in row) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_receipt(receipt: dict[str, Any]) -> str:
+    """The receipt summary: header, one row per artifact, totals."""
+    rows = []
+    for art in receipt["artifacts"]:
+        detail = art["level"] or art["reason"] or ""
+        if art["measurement"]:
+            detail = f"{detail}: {art['measurement']}"
+        rows.append((art["store"], art["backend"], art["artifact_id"], f"{art['status']}({detail})"))
+    head = [
+        f"subject {receipt['subject']}  saga {receipt['saga_id']}  receipt #{receipt['sequence']}",
+        f"started {receipt['started_at']}  finished {receipt['finished_at']}",
+    ]
+    totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
+    out_of_scope = ", ".join(item["what"] for item in receipt["out_of_scope"])
+    return "\n".join(
+        head
+        + [_table(("store", "backend", "artifact", "status"), rows)]
+        + [f"totals: {totals or 'no artifacts'}", f"always out of scope: {out_of_scope}"]
+    )

@@ -1,0 +1,136 @@
+"""``tombstone.toml``: where the lineage db, the keys, the receipts and each store live.
+
+Relative paths are resolved against the directory of the config file, so a deployment directory
+can be moved or copied as a whole (the crash-resume tests rely on that).
+
+::
+
+    [tombstone]
+    lineage_db = "lineage.db"
+    keys_dir = "keys"
+    receipts_dir = "receipts"
+
+    [stores.docs]
+    backend = "docstore"
+    path = "stores/docs/docstore.db"
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from tombstone.errors import ConfigError
+
+CONFIG_NAME = "tombstone.toml"
+ENV_VAR = "TOMBSTONE_CONFIG"
+_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """One configured store."""
+
+    name: str
+    """Name of the store, unique within the deployment; appears on receipts."""
+    backend: str
+    """Adapter name, as registered in the ``tombstone.adapters`` entry-point group."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Backend-specific options (paths already resolved against the config directory)."""
+
+    def __post_init__(self) -> None:
+        if not _STORE_NAME.match(self.name):
+            raise ConfigError(f"invalid store name {self.name!r}: use letters, digits, '_', '.', '-'")
+        if not self.backend:
+            raise ConfigError(f"store {self.name!r} has no backend")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A loaded, validated deployment configuration."""
+
+    path: Path
+    """The config file itself."""
+    lineage_db: Path
+    """The lineage db file."""
+    keys_dir: Path
+    """Directory holding the signing key and the lineage secret."""
+    receipts_dir: Path
+    """Where receipts are written by default."""
+    stores: dict[str, StoreConfig]
+    """Configured stores by name."""
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+
+def _resolve(root: Path, value: Any, what: str) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{what} must be a non-empty path string")
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else root / path
+
+
+def find_config(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The config path from ``--config``, else ``$TOMBSTONE_CONFIG``, else ``./tombstone.toml``."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
+    return Path.cwd() / CONFIG_NAME
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read and validate a config file; every problem is one ConfigError line."""
+    path = find_config(path).absolute()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path} (run 'tombstone init' or pass --config)") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    root = path.parent
+    section = data.get("tombstone", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [tombstone] must be a table")
+    stores_data = data.get("stores", {})
+    if not isinstance(stores_data, dict):
+        raise ConfigError(f"{path}: [stores] must be a table")
+    stores: dict[str, StoreConfig] = {}
+    for name, body in stores_data.items():
+        if not isinstance(body, dict):
+            raise ConfigError(f"{path}: [stores.{name}] must be a table")
+        options = dict(body)
+        backend = options.pop("backend", None)
+        if not isinstance(backend, str):
+            raise ConfigError(f"{path}: store {name!r} needs a backend = \"...\" entry")
+        for key, value in list(options.items()):
+            if key == "path" or key.endswith("_path") or key.endswith("_dir"):
+                options[key] = str(_resolve(root, value, f"stores.{name}.{key}"))
+        stores[name] = StoreConfig(name=name, backend=backend, options=options)
+    return Config(
+        path=path,
+        lineage_db=_resolve(root, section.get("lineage_db", "lineage.db"), "tombstone.lineage_db"),
+        keys_dir=_resolve(root, section.get("keys_dir", "keys"), "tombstone.keys_dir"),
+        receipts_dir=_resolve(root, section.get("receipts_dir", "receipts"), "tombstone.receipts_dir"),
+        stores=stores,
+    )
+
+
+def write_config(path: Path, stores: dict[str, dict[str, Any]] | None = None) -> None:
+    """Write a config file with default locations and the given stores (paths kept relative)."""
+    data: dict[str, Any] = {
+        "tombstone": {"lineage_db": "lineage.db", "keys_dir": "keys", "receipts_dir": "receipts"},
+        "stores": stores or {},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(data), encoding="utf-8")

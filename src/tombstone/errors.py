@@ -1,0 +1,107 @@
+"""The exception tree every Tombstone failure belongs to.
+
+::
+
+    TombstoneError
+    ├── ConfigError              missing, unreadable or invalid tombstone.toml
+    ├── KeyMaterialError         signing key or lineage secret missing or unusable
+    ├── UnknownSubjectError      the lineage db has no artifact for the subject
+    ├── LineageError             the lineage db is unreadable or inconsistent
+    ├── ScopeViolationError      the saga was asked to touch another subject's artifact
+    ├── NotSuppressedError       a status was requested for an artifact with no suppression record
+    ├── AdapterError             an adapter could not do what was asked
+    │   ├── AdapterNotFoundError no installed adapter for a backend name
+    │   ├── StoreUnavailableError the store cannot be opened or read (``retryable``)
+    │   └── PhysicalUnsupportedError the backend cannot be checked at the physical level
+    ├── ReceiptError             a receipt is malformed, tampered with, or fails its signature
+    └── SagaError                a saga cannot run (already running, nothing to resume, ...)
+
+Context travels as keyword-only fields (``store=``, ``subject=``) so that the CLI and the
+saga can report it without parsing messages; ``retryable`` tells the saga whether backing off
+and trying again can help.
+"""
+
+from __future__ import annotations
+
+
+class TombstoneError(Exception):
+    """Root of every error Tombstone raises on purpose.
+
+    The CLI turns any ``TombstoneError`` into one line on stderr and a non-zero exit.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        store: str | None = None,
+        subject: str | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.store = store
+        """Name of the store involved, when one is."""
+        self.subject = subject
+        """Subject reference involved, when one is."""
+        if retryable is not None:
+            self.retryable = retryable
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(TombstoneError):
+    """The configuration file is missing, unreadable or invalid."""
+
+
+class KeyMaterialError(TombstoneError):
+    """The signing key or the lineage secret is missing or unusable."""
+
+
+class UnknownSubjectError(TombstoneError):
+    """The lineage db records no artifact for this subject."""
+
+
+class LineageError(TombstoneError):
+    """The lineage db cannot be opened or is inconsistent."""
+
+
+class ScopeViolationError(TombstoneError):
+    """An erasure would touch an artifact that belongs to another subject."""
+
+
+class NotSuppressedError(TombstoneError):
+    """A status was requested for an artifact that has no durable suppression record."""
+
+
+class AdapterError(TombstoneError):
+    """An adapter failed to perform an operation."""
+
+
+class AdapterNotFoundError(AdapterError):
+    """No installed adapter answers to the backend name."""
+
+
+class StoreUnavailableError(AdapterError):
+    """The store cannot be opened, read or written right now."""
+
+    retryable = True
+
+
+class PhysicalUnsupportedError(AdapterError):
+    """The backend offers no way to inspect its persisted bytes.
+
+    Raised by ``probe_physical`` instead of reporting absence: the lattice turns it into
+    UNVERIFIED, never VERIFIED.
+    """
+
+
+class ReceiptError(TombstoneError):
+    """A receipt is malformed, has been altered, or its signature does not verify."""
+
+
+class SagaError(TombstoneError):
+    """A saga cannot be started or resumed."""

@@ -1,0 +1,140 @@
+"""Key material created by ``tombstone init``: the Ed25519 signing key and the lineage secret.
+
+The lineage secret keys the HMAC that turns a subject reference into the opaque key the lineage db
+stores, and seals (AES-GCM) the few values that must be recoverable, such as the subject reference
+a running saga needs for its receipt. A stolen lineage db without this secret does not say who
+the subjects are.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from tombstone.errors import KeyMaterialError
+
+SIGNING_KEY = "signing.key"
+PUBLIC_KEY = "signing.pub"
+LINEAGE_SECRET = "lineage.secret"
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(path, 0o600)
+
+
+def create_keys(keys_dir: Path) -> None:
+    """Create the signing key pair and the lineage secret; never overwrite existing ones."""
+    keys_dir.mkdir(parents=True, exist_ok=True)
+    private_path = keys_dir / SIGNING_KEY
+    if not private_path.exists():
+        key = Ed25519PrivateKey.generate()
+        _write_private(
+            private_path,
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
+        )
+        (keys_dir / PUBLIC_KEY).write_bytes(public_pem(key.public_key()))
+    secret_path = keys_dir / LINEAGE_SECRET
+    if not secret_path.exists():
+        _write_private(secret_path, secrets.token_hex(32).encode() + b"\n")
+
+
+def public_pem(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def key_id(key: Ed25519PublicKey) -> str:
+    """Short stable name of a public key: the first 16 hex digits of SHA-256 of its raw bytes."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+def load_private_key(keys_dir: Path) -> Ed25519PrivateKey:
+    path = keys_dir / SIGNING_KEY
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except FileNotFoundError as exc:
+        raise KeyMaterialError(f"no signing key at {path}; run 'tombstone init'") from exc
+    except (OSError, ValueError) as exc:
+        raise KeyMaterialError(f"cannot load signing key {path}: {exc}") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyMaterialError(f"{path} is not an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    """Load a PEM public key (or derive it from a PEM private key file)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise KeyMaterialError(f"cannot read public key {path}: {exc.strerror or exc}") from exc
+    try:
+        if b"PRIVATE KEY" in data:
+            key = serialization.load_pem_private_key(data, password=None).public_key()
+        else:
+            key = serialization.load_pem_public_key(data)
+    except ValueError as exc:
+        raise KeyMaterialError(f"{path} is not a PEM key") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise KeyMaterialError(f"{path} is not an Ed25519 key")
+    return key
+
+
+@dataclass(frozen=True)
+class LineageSecret:
+    """The local secret behind subject keys and sealed values."""
+
+    value: bytes
+    """32 random bytes."""
+
+    @classmethod
+    def load(cls, keys_dir: Path) -> "LineageSecret":
+        path = keys_dir / LINEAGE_SECRET
+        try:
+            text = path.read_text().strip()
+            value = bytes.fromhex(text)
+        except FileNotFoundError as exc:
+            raise KeyMaterialError(f"no lineage secret at {path}; run 'tombstone init'") from exc
+        except (OSError, ValueError) as exc:
+            raise KeyMaterialError(f"cannot load lineage secret {path}: {exc}") from exc
+        if len(value) < 16:
+            raise KeyMaterialError(f"lineage secret {path} is too short")
+        return cls(value)
+
+    def _derive(self, purpose: bytes) -> bytes:
+        return hmac.new(self.value, purpose, hashlib.sha256).digest()
+
+    def subject_key(self, subject: str) -> str:
+        """Keyed hash of a subject reference: what the lineage db stores instead of the reference."""
+        digest = hmac.new(self._derive(b"subject"), subject.encode("utf-8"), hashlib.sha256)
+        return digest.hexdigest()
+
+    def seal(self, plaintext: bytes) -> bytes:
+        nonce = os.urandom(12)
+        return nonce + AESGCM(self._derive(b"seal")).encrypt(nonce, plaintext, b"tombstone")
+
+    def unseal(self, sealed: bytes) -> bytes:
+        try:
+            return AESGCM(self._derive(b"seal")).decrypt(sealed[:12], sealed[12:], b"tombstone")
+        except (InvalidTag, ValueError) as exc:
+            raise KeyMaterialError("a sealed value does not open with this lineage secret") from exc
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")

@@ -1,0 +1,377 @@
+"""The lineage db (stdlib sqlite3 in WAL mode).
+
+It records subjects (as keyed hashes), artifacts and their fingerprints, derivation edges, probe
+vectors, durable suppression records, sagas with their step journal, and the receipt chain. It
+never stores content. Writes that belong together happen in one ``atomic()`` block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tombstone.clock import Clock, iso, system_clock
+from tombstone.errors import LineageError, ScopeViolationError
+from tombstone.keys import LineageSecret
+from tombstone.lineage.migrations import MIGRATIONS
+
+FINGERPRINT_DIMS = 32
+
+
+def fingerprint_of(vector: Sequence[float] | np.ndarray) -> tuple[float, ...]:
+    """The artifact's fingerprint: the first 32 dimensions of its vector, as float32 values."""
+    arr = np.asarray(vector, dtype=np.float32).ravel()[:FINGERPRINT_DIMS]
+    return tuple(float(x) for x in arr)
+
+
+def fingerprint_bytes(fingerprint: Sequence[float]) -> bytes:
+    """The fingerprint as the float32 little-endian bytes a store would persist."""
+    return np.asarray(fingerprint, dtype="<f4").tobytes()
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """One artifact as the lineage db knows it. Never its content."""
+
+    store: str
+    """Configured store name."""
+    artifact_id: str
+    """The id the store knows the artifact by."""
+    backend: str
+    """Adapter name of the store."""
+    kind: str
+    """What the artifact is: ``document``, ``vector``, ``cache_entry``, ..."""
+    subject_key: str = ""
+    """Keyed hash of the owning subject (filled in by the db)."""
+    fingerprint: tuple[float, ...] | None = None
+    """First 32 dims of the vector, for vector artifacts."""
+    content_hash: str | None = None
+    """sha256 hex of the content."""
+    created_at: str = ""
+    """When the wrapper recorded it."""
+    state: str = "live"
+    """live, suppressed, reclaimed or decided."""
+
+    def __post_init__(self) -> None:
+        if not self.artifact_id or not isinstance(self.artifact_id, str):
+            raise ValueError("artifact_id must be a non-empty string")
+        if self.fingerprint is not None and len(self.fingerprint) > FINGERPRINT_DIMS:
+            raise ValueError("fingerprint holds at most 32 dims")
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration script into statements (semicolons inside comments are fine)."""
+    out, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            out.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"incomplete statement in migration: {pending.strip()[:60]}")
+    return out
+
+
+class LineageDB:
+    """Access to one lineage db file. Not shared between threads; open one per process."""
+
+    def __init__(self, path: str | Path, secret: LineageSecret, *, clock: Clock = system_clock) -> None:
+        self.path = Path(path)
+        self.secret = secret
+        self.clock = clock
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise LineageError(f"cannot open lineage db {self.path}: {exc}") from exc
+        self._depth = 0
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "LineageDB":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transactions -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """One transaction (nested calls become savepoints): all of it lands, or none."""
+        name = f"sp{self._depth}"
+        if self._depth == 0:
+            self._conn.execute("BEGIN IMMEDIATE")
+        else:
+            self._conn.execute(f"SAVEPOINT {name}")
+        self._depth += 1
+        try:
+            yield self._conn
+        except BaseException:
+            self._depth -= 1
+            if self._depth == 0:
+                self._conn.execute("ROLLBACK")
+            else:
+                self._conn.execute(f"ROLLBACK TO {name}")
+                self._conn.execute(f"RELEASE {name}")
+            raise
+        else:
+            self._depth -= 1
+            self._conn.execute("COMMIT" if self._depth == 0 else f"RELEASE {name}")
+
+    def _migrate(self) -> None:
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        applied = {row[0] for row in self._conn.execute("SELECT version FROM schema_migrations")}
+        known = {version for version, _, _ in MIGRATIONS}
+        if applied - known:
+            raise LineageError(
+                f"lineage db {self.path} was written by a newer Tombstone (migration {max(applied)})"
+            )
+        for version, name, sql in MIGRATIONS:
+            if version in applied:
+                continue
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _statements(sql):
+                    self._conn.execute(statement)
+                self._conn.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, name, self._now())
+                )
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def schema_version(self) -> int:
+        return self._conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+
+    def _now(self) -> str:
+        return iso(self.clock())
+
+    # -- capture ------------------------------------------------------------------------------
+
+    def subject_key(self, subject: str) -> str:
+        return self.secret.subject_key(subject)
+
+    def record_artifacts(
+        self,
+        subject: str,
+        artifacts: Iterable[ArtifactRecord],
+        *,
+        probes: Iterable[tuple[str, str, str, np.ndarray]] = (),
+        edges: Iterable[tuple[str, str, str, str, str]] = (),
+    ) -> None:
+        """Record artifacts owned by ``subject``, their probe vectors and derivation edges, atomically.
+
+        ``probes`` rows are (store, artifact_id, sha256 of the probe query, vector); ``edges`` rows are
+        (src_store, src_id, dst_store, dst_id, relation). Re-recording an artifact of the same subject
+        updates it; recording another subject's artifact id raises ScopeViolationError.
+        """
+        key = self.subject_key(subject)
+        now = self._now()
+        with self.atomic() as conn:
+            conn.execute("INSERT OR IGNORE INTO subjects VALUES (?, ?)", (key, now))
+            for art in artifacts:
+                row = conn.execute(
+                    "SELECT subject_key FROM artifacts WHERE store = ? AND artifact_id = ?",
+                    (art.store, art.artifact_id),
+                ).fetchone()
+                if row is not None and row[0] != key:
+                    raise ScopeViolationError(
+                        f"artifact {art.artifact_id} in store {art.store} already belongs to another subject",
+                        store=art.store,
+                    )
+                fp = fingerprint_bytes(art.fingerprint) if art.fingerprint is not None else None
+                conn.execute(
+                    "INSERT INTO artifacts (store, artifact_id, backend, kind, subject_key, fingerprint,"
+                    " content_hash, created_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'live')"
+                    " ON CONFLICT (store, artifact_id) DO UPDATE SET backend = excluded.backend,"
+                    " kind = excluded.kind, fingerprint = excluded.fingerprint,"
+                    " content_hash = excluded.content_hash, state = 'live'",
+                    (art.store, art.artifact_id, art.backend, art.kind, key, fp, art.content_hash, now),
+                )
+            conn.executemany(
+                "INSERT OR REPLACE INTO probes VALUES (?, ?, ?, ?)",
+                [(s, a, q, np.asarray(v, dtype="<f4").tobytes()) for s, a, q, v in probes],
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO edges VALUES (?, ?, ?, ?, ?, ?)",
+                [(*edge, now) for edge in edges],
+            )
+
+    # -- queries ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _artifact(row: sqlite3.Row) -> ArtifactRecord:
+        fp = row["fingerprint"]
+        return ArtifactRecord(
+            store=row["store"],
+            artifact_id=row["artifact_id"],
+            backend=row["backend"],
+            kind=row["kind"],
+            subject_key=row["subject_key"],
+            fingerprint=tuple(float(x) for x in np.frombuffer(fp, dtype="<f4")) if fp is not None else None,
+            content_hash=row["content_hash"],
+            created_at=row["created_at"],
+            state=row["state"],
+        )
+
+    def artifacts_for(self, subject_key: str) -> list[ArtifactRecord]:
+        rows = self._conn.execute(
+            "SELECT * FROM artifacts WHERE subject_key = ? ORDER BY store, artifact_id", (subject_key,)
+        )
+        return [self._artifact(row) for row in rows]
+
+    def artifact(self, store: str, artifact_id: str) -> ArtifactRecord | None:
+        row = self._conn.execute(
+            "SELECT * FROM artifacts WHERE store = ? AND artifact_id = ?", (store, artifact_id)
+        ).fetchone()
+        return self._artifact(row) if row else None
+
+    def live_sharing_content(self, artifact: ArtifactRecord) -> list[ArtifactRecord]:
+        """Live artifacts of *other* subjects whose content hash equals this artifact's."""
+        if artifact.content_hash is None:
+            return []
+        rows = self._conn.execute(
+            "SELECT * FROM artifacts WHERE content_hash = ? AND subject_key != ? AND state = 'live'",
+            (artifact.content_hash, artifact.subject_key),
+        )
+        return [self._artifact(row) for row in rows]
+
+    def count_artifacts(self) -> dict[str, int]:
+        return dict(self._conn.execute("SELECT state, count(*) FROM artifacts GROUP BY state").fetchall())
+
+    def probes_for(self, store: str, artifact_id: str) -> list[tuple[str, np.ndarray]]:
+        rows = self._conn.execute(
+            "SELECT query_sha256, vector FROM probes WHERE store = ? AND artifact_id = ?",
+            (store, artifact_id),
+        )
+        return [(q, np.frombuffer(v, dtype="<f4")) for q, v in rows]
+
+    def set_state(self, artifacts: Iterable[ArtifactRecord], state: str) -> None:
+        with self.atomic() as conn:
+            conn.executemany(
+                "UPDATE artifacts SET state = ? WHERE store = ? AND artifact_id = ?",
+                [(state, a.store, a.artifact_id) for a in artifacts],
+            )
+
+    def purge_probes(self, artifacts: Iterable[ArtifactRecord]) -> None:
+        with self.atomic() as conn:
+            conn.executemany(
+                "DELETE FROM probes WHERE store = ? AND artifact_id = ?",
+                [(a.store, a.artifact_id) for a in artifacts],
+            )
+
+    # -- suppression --------------------------------------------------------------------------
+
+    def record_suppressions(self, saga_id: str, artifacts: Iterable[ArtifactRecord]) -> None:
+        now = self._now()
+        with self.atomic() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO suppressions VALUES (?, ?, ?, ?)",
+                [(a.store, a.artifact_id, saga_id, now) for a in artifacts],
+            )
+
+    def is_suppressed(self, store: str, artifact_id: str) -> bool:
+        row = self._conn.execute(
+            "SELECT 1 FROM suppressions WHERE store = ? AND artifact_id = ?", (store, artifact_id)
+        ).fetchone()
+        return row is not None
+
+    def suppressed_ids(self, store: str) -> set[str]:
+        rows = self._conn.execute("SELECT artifact_id FROM suppressions WHERE store = ?", (store,))
+        return {row[0] for row in rows}
+
+    # -- sagas and journal --------------------------------------------------------------------
+
+    def create_saga(self, saga_id: str, subject: str, out_path: str | None) -> None:
+        with self.atomic() as conn:
+            conn.execute(
+                "INSERT INTO sagas VALUES (?, ?, ?, 'running', ?, NULL, ?)",
+                (saga_id, self.subject_key(subject), self.secret.seal(subject.encode()), self._now(), out_path),
+            )
+
+    def saga(self, saga_id: str) -> dict[str, Any] | None:
+        row = self._conn.execute("SELECT * FROM sagas WHERE saga_id = ?", (saga_id,)).fetchone()
+        return self._saga(row) if row else None
+
+    def _saga(self, row: sqlite3.Row) -> dict[str, Any]:
+        saga = dict(row)
+        saga["subject"] = self.secret.unseal(saga.pop("subject_sealed")).decode()
+        return saga
+
+    def running_saga(self, subject_key: str) -> dict[str, Any] | None:
+        row = self._conn.execute(
+            "SELECT * FROM sagas WHERE subject_key = ? AND state = 'running'", (subject_key,)
+        ).fetchone()
+        return self._saga(row) if row else None
+
+    def sagas(self, state: str | None = None) -> list[dict[str, Any]]:
+        if state:
+            rows = self._conn.execute("SELECT * FROM sagas WHERE state = ? ORDER BY started_at", (state,))
+        else:
+            rows = self._conn.execute("SELECT * FROM sagas ORDER BY started_at")
+        return [self._saga(row) for row in rows]
+
+    def journal(self, saga_id: str, step: str, target: str, phase: str, detail: dict[str, Any] | None = None) -> None:
+        with self.atomic() as conn:
+            conn.execute(
+                "INSERT INTO journal (saga_id, step, target, phase, at, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                (saga_id, step, target, phase, self._now(), json.dumps(detail or {}, sort_keys=True)),
+            )
+
+    def step_result(self, saga_id: str, step: str, target: str = "") -> dict[str, Any] | None:
+        """The detail journaled when the step ended, or None if it never ended."""
+        row = self._conn.execute(
+            "SELECT detail FROM journal WHERE saga_id = ? AND step = ? AND target = ? AND phase = 'end'"
+            " ORDER BY seq DESC LIMIT 1",
+            (saga_id, step, target),
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def journal_entries(self, saga_id: str) -> list[dict[str, Any]]:
+        rows = self._conn.execute("SELECT * FROM journal WHERE saga_id = ? ORDER BY seq", (saga_id,))
+        return [dict(row) for row in rows]
+
+    # -- receipt chain ------------------------------------------------------------------------
+
+    def chain_head(self) -> tuple[int, str] | None:
+        row = self._conn.execute("SELECT seq, receipt_hash FROM receipts ORDER BY seq DESC LIMIT 1").fetchone()
+        return (row[0], row[1]) if row else None
+
+    def receipt_for_saga(self, saga_id: str) -> bytes | None:
+        row = self._conn.execute("SELECT receipt_sealed FROM receipts WHERE saga_id = ?", (saga_id,)).fetchone()
+        return self.secret.unseal(row[0]) if row else None
+
+    def append_receipt(self, saga_id: str, subject_key: str, receipt_hash: str, previous: str | None, body: bytes) -> int:
+        """Add a receipt to the chain and close its saga, in one transaction."""
+        now = self._now()
+        with self.atomic() as conn:
+            head = self.chain_head()
+            if (head[1] if head else None) != previous:
+                raise LineageError("receipt chain moved while this receipt was being signed; resume the saga")
+            seq = (head[0] if head else 0) + 1
+            conn.execute(
+                "INSERT INTO receipts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (seq, saga_id, subject_key, receipt_hash, previous, now, self.secret.seal(body)),
+            )
+            conn.execute(
+                "UPDATE sagas SET state = 'done', finished_at = ? WHERE saga_id = ?", (now, saga_id)
+            )
+        return seq

@@ -1,0 +1,86 @@
+"""Numbered migrations of the lineage db. Append only: never edit a migration that has shipped.
+
+Each migration runs in one transaction together with the row that records it, so a crash leaves
+the db either before or after a migration, never halfway.
+"""
+
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (
+        1,
+        "initial schema",
+        """
+        CREATE TABLE subjects (
+            subject_key TEXT PRIMARY KEY,          -- HMAC of the subject reference, never the reference
+            created_at  TEXT NOT NULL
+        );
+        CREATE TABLE artifacts (
+            store        TEXT NOT NULL,
+            artifact_id  TEXT NOT NULL,
+            backend      TEXT NOT NULL,
+            kind         TEXT NOT NULL,
+            subject_key  TEXT NOT NULL REFERENCES subjects(subject_key),
+            fingerprint  BLOB,                     -- first 32 dims, float32 little-endian; vectors only
+            content_hash TEXT,                     -- sha256 of the content; the content is never stored
+            created_at   TEXT NOT NULL,
+            state        TEXT NOT NULL DEFAULT 'live'
+                         CHECK (state IN ('live', 'suppressed', 'reclaimed', 'decided')),
+            PRIMARY KEY (store, artifact_id)
+        );
+        CREATE INDEX artifacts_by_subject ON artifacts(subject_key);
+        CREATE INDEX artifacts_by_content ON artifacts(content_hash);
+        CREATE TABLE edges (                        -- dst was derived from src
+            src_store TEXT NOT NULL,
+            src_id    TEXT NOT NULL,
+            dst_store TEXT NOT NULL,
+            dst_id    TEXT NOT NULL,
+            relation  TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (src_store, src_id, dst_store, dst_id)
+        );
+        CREATE INDEX edges_by_dst ON edges(dst_store, dst_id);
+        CREATE TABLE probes (
+            store        TEXT NOT NULL,
+            artifact_id  TEXT NOT NULL,
+            query_sha256 TEXT NOT NULL,
+            vector       BLOB NOT NULL,                -- float32 little-endian
+            PRIMARY KEY (store, artifact_id, query_sha256)
+        );
+        CREATE TABLE suppressions (
+            store         TEXT NOT NULL,
+            artifact_id   TEXT NOT NULL,
+            saga_id       TEXT NOT NULL,
+            suppressed_at TEXT NOT NULL,
+            PRIMARY KEY (store, artifact_id)
+        );
+        CREATE TABLE sagas (
+            saga_id      TEXT PRIMARY KEY,
+            subject_key  TEXT NOT NULL,
+            subject_sealed BLOB NOT NULL,              -- the operator's reference, sealed with the secret
+            state        TEXT NOT NULL CHECK (state IN ('running', 'done')),
+            started_at   TEXT NOT NULL,
+            finished_at  TEXT,
+            out_path     TEXT
+        );
+        CREATE UNIQUE INDEX one_running_saga_per_subject ON sagas(subject_key) WHERE state = 'running';
+        CREATE TABLE journal (
+            seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+            saga_id  TEXT NOT NULL REFERENCES sagas(saga_id),
+            step     TEXT NOT NULL,
+            target   TEXT NOT NULL DEFAULT '',
+            phase    TEXT NOT NULL CHECK (phase IN ('begin', 'end')),
+            at       TEXT NOT NULL,
+            detail   TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX journal_by_saga ON journal(saga_id, step, target, phase);
+        CREATE TABLE receipts (
+            seq            INTEGER PRIMARY KEY,
+            saga_id        TEXT NOT NULL UNIQUE REFERENCES sagas(saga_id),
+            subject_key    TEXT NOT NULL,
+            receipt_hash   TEXT NOT NULL UNIQUE,
+            previous_hash  TEXT,
+            created_at     TEXT NOT NULL,
+            receipt_sealed BLOB NOT NULL               -- the signed receipt, sealed (it names the subject)
+        );
+        """,
+    ),
+)

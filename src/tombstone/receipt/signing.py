@@ -1,0 +1,97 @@
+"""Hashing, signing and verifying receipts, and reading them from disk."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from tombstone.errors import ReceiptError
+from tombstone.keys import b64, key_id
+from tombstone.receipt.canonical import body_hash, signed_body
+
+SCHEMA_VERSION = "1.0"
+RECEIPT_KIND = "tombstone.erasure-receipt"
+
+
+@lru_cache(maxsize=1)
+def receipt_schema() -> dict[str, Any]:
+    """The published JSON Schema of the receipt format."""
+    text = resources.files("tombstone.receipt").joinpath("receipt.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def sign(body: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
+    """Return the receipt: ``body`` plus its SHA-256 hash and an Ed25519 signature over the same bytes."""
+    receipt = dict(body)
+    receipt["receipt_hash"] = body_hash(receipt)
+    receipt["signature"] = {
+        "algorithm": "ed25519",
+        "key_id": key_id(key.public_key()),
+        "value": b64(key.sign(signed_body(receipt))),
+    }
+    validate_schema(receipt)
+    return receipt
+
+
+def validate_schema(receipt: Any) -> None:
+    try:
+        jsonschema.validate(receipt, receipt_schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+        raise ReceiptError(f"receipt does not match schema {SCHEMA_VERSION} at {where}: {exc.message}") from exc
+
+
+def load_receipt(path: str | Path) -> dict[str, Any]:
+    """Read a receipt file; a missing, unreadable or non-JSON file is a one-line ReceiptError."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ReceiptError(f"receipt file not found: {path}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReceiptError(f"cannot read receipt {path}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReceiptError(f"receipt {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise ReceiptError(f"receipt {path} is not a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class VerifiedReceipt:
+    """What a successful verification established."""
+
+    receipt_hash: str
+    """The recomputed hash, equal to the one the receipt carries."""
+    key_id: str
+    """The key that signed it."""
+    previous_receipt_hash: str | None
+    """The link to the previous receipt in the chain."""
+
+
+def verify(receipt: dict[str, Any], public_key: Ed25519PublicKey) -> VerifiedReceipt:
+    """Check schema, hash and signature; raise ReceiptError naming the first failure."""
+    validate_schema(receipt)
+    recomputed = body_hash(receipt)
+    if recomputed != receipt["receipt_hash"]:
+        raise ReceiptError(f"receipt hash mismatch: content hashes to {recomputed}, receipt says {receipt['receipt_hash']}")
+    signature = receipt["signature"]
+    expected_id = key_id(public_key)
+    if signature["key_id"] != expected_id:
+        raise ReceiptError(f"receipt is signed by key {signature['key_id']}, not by the trusted key {expected_id}")
+    try:
+        public_key.verify(base64.b64decode(signature["value"], validate=True), signed_body(receipt))
+    except (InvalidSignature, binascii.Error, ValueError) as exc:
+        raise ReceiptError("receipt signature does not verify") from exc
+    return VerifiedReceipt(recomputed, expected_id, receipt["previous_receipt_hash"])

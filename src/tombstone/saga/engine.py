@@ -1,0 +1,298 @@
+"""The erasure saga: suppress → reclaim → verify → receipt, each step journaled.
+
+Every step is keyed (step, store) in the journal, written ``begin`` before it acts and ``end``
+with its result after. A step whose ``end`` is journaled is never run again; one that began but
+did not end is run again from the start, so every step must be idempotent. That is what lets
+``tombstone resume`` pick up a saga killed at any point.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tombstone.errors import (
+    AdapterNotFoundError,
+    ConfigError,
+    PhysicalUnsupportedError,
+    SagaError,
+    TombstoneError,
+    UnknownSubjectError,
+)
+from tombstone.lineage.db import ArtifactRecord
+from tombstone.contract import Capability
+from tombstone.clock import iso
+from tombstone.keys import load_private_key
+from tombstone.receipt import RECEIPT_KIND, SCHEMA_VERSION, canonical_bytes, sign
+from tombstone.verify.levels import Findings, Status, StatusKind, decide
+
+if TYPE_CHECKING:
+    from tombstone.api import Tombstone
+
+STEPS = ("suppress", "reclaim", "verify", "receipt")
+
+ALWAYS_OUT_OF_SCOPE = (
+    ("backups", "backups and snapshots taken outside the configured store files are not probed"),
+    ("write-ahead logs and archives", "WAL segments shipped or archived outside the store files are not probed"),
+    ("replicas", "replicas and mirrors of the stores are not probed"),
+    ("provider logs", "logs kept by hosting providers and API gateways cannot be reached"),
+    ("copies outside the wrappers", "data copied by code that did not go through a Tombstone wrapper has no lineage"),
+)
+
+
+def _group(artifacts: list[ArtifactRecord]) -> dict[str, list[ArtifactRecord]]:
+    groups: dict[str, list[ArtifactRecord]] = {}
+    for art in artifacts:
+        groups.setdefault(art.store, []).append(art)
+    return dict(sorted(groups.items()))
+
+
+class Saga:
+    """One subject's erasure. Create with :meth:`start` or :meth:`resume`, then :meth:`run`."""
+
+    def __init__(self, tomb: "Tombstone", saga_id: str, subject: str, out_path: str | None) -> None:
+        self.tomb = tomb
+        self.lineage = tomb.lineage
+        self.saga_id = saga_id
+        self.subject = subject
+        self.out_path = out_path
+
+    @classmethod
+    def start(cls, tomb: "Tombstone", subject: str, out_path: str | None = None) -> "Saga":
+        """Start an erasure, or continue the unfinished one for the same subject."""
+        if not subject or not subject.strip():
+            raise UnknownSubjectError("subject reference is empty")
+        key = tomb.lineage.subject_key(subject)
+        if not tomb.lineage.artifacts_for(key):
+            raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it",
+                                      subject=subject)
+        running = tomb.lineage.running_saga(key)
+        if running is not None:
+            return cls(tomb, running["saga_id"], subject, out_path or running["out_path"])
+        saga_id = str(uuid.uuid4())
+        tomb.lineage.create_saga(saga_id, subject, out_path)
+        return cls(tomb, saga_id, subject, out_path)
+
+    @classmethod
+    def resume(cls, tomb: "Tombstone", saga_id: str) -> "Saga":
+        saga = tomb.lineage.saga(saga_id)
+        if saga is None:
+            raise SagaError(f"no saga {saga_id!r}")
+        if saga["state"] != "running":
+            raise SagaError(f"saga {saga_id} already finished")
+        return cls(tomb, saga_id, saga["subject"], saga["out_path"])
+
+    # -- driver -------------------------------------------------------------------------------
+
+    def _step(self, step: str, target: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        done = self.lineage.step_result(self.saga_id, step, target)
+        if done is not None:
+            return done
+        self.lineage.journal(self.saga_id, step, target, "begin")
+        result = action()
+        self.lineage.journal(self.saga_id, step, target, "end", result)
+        return result
+
+    def run(self) -> dict[str, Any]:
+        """Run every step not yet done; return the signed receipt."""
+        artifacts = self.lineage.artifacts_for(self.lineage.subject_key(self.subject))
+        groups = _group(artifacts)
+        for store, arts in groups.items():
+            self._step("suppress", store, lambda: self._suppress(store, arts))
+        for store, arts in groups.items():
+            self._step("reclaim", store, lambda: self._reclaim(store, arts))
+        for store, arts in groups.items():
+            self._step("verify", store, lambda: self._verify(store, arts))
+        return self._receipt(groups)
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _suppress(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
+        # The durable record comes first: nothing may receive a status without one, and a crash
+        # between the record and the store's hide is repaired by re-running this (idempotent) step.
+        self.lineage.record_suppressions(self.saga_id, arts)
+        try:
+            adapter = self.tomb.adapter(store)
+            evidence = adapter.suppress(arts)
+        except (AdapterNotFoundError, ConfigError) as exc:
+            return {"no_adapter": str(exc)}
+        except TombstoneError as exc:
+            return {"error": str(exc)}
+        self.lineage.set_state(arts, "suppressed")
+        return {"evidence": evidence}
+
+    def _reclaim(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
+        suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
+        if "evidence" not in suppressed:
+            return {"skipped": "suppression did not complete"}
+        adapter = self.tomb.adapter(store)
+        if not adapter.has(Capability.RECLAIM):
+            return {"skipped": f"{adapter.backend} has no reclaim recipe"}
+        try:
+            evidence = adapter.reclaim(arts)
+        except TombstoneError as exc:
+            return {"error": str(exc)}
+        self.lineage.set_state(arts, "reclaimed")
+        return {"evidence": evidence}
+
+    def _verify(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
+        suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
+        reclaimed = self.lineage.step_result(self.saga_id, "reclaim", store) or {}
+        error = suppressed.get("error") or reclaimed.get("error")
+        no_adapter = suppressed.get("no_adapter")
+        logical: dict[str, Any] = {}
+        physical: dict[str, Any] = {}
+        unsupported = None
+        if not (error or no_adapter):
+            try:
+                adapter = self.tomb.adapter(store)
+                logical = adapter.probe_logical(arts)
+                try:
+                    physical = adapter.probe_physical(arts)
+                except PhysicalUnsupportedError as exc:
+                    unsupported = str(exc)
+            except TombstoneError as exc:
+                error = str(exc)
+        decided: dict[str, Any] = {}
+        verified = []
+        for art in arts:
+            lp = logical.get(art.artifact_id)
+            pp = physical.get(art.artifact_id)
+            physical_passed = None
+            duplicate = None
+            if pp is not None:
+                physical_passed = pp.passed
+                if pp.content_found and not pp.id_found:
+                    sharing = self.lineage.live_sharing_content(art)
+                    if sharing:
+                        # Identical bytes owned by a live survivor: no scan can tell them apart,
+                        # and the survivor must not be deleted.
+                        physical_passed, duplicate = True, f"{len(sharing)} live artifact(s) of other subjects hold the same bytes"
+            findings = Findings(
+                artifact_id=art.artifact_id,
+                suppressed=self.lineage.is_suppressed(art.store, art.artifact_id),
+                dlq_error=error,
+                no_adapter=no_adapter,
+                logical_passed=lp.passed if lp else None,
+                logical_measurement=lp.measurement if lp else None,
+                physical_unsupported=unsupported,
+                physical_passed=physical_passed,
+                physical_measurement=pp.measurement if pp else None,
+                duplicate_content=duplicate,
+            )
+            status = decide(findings)
+            if status.kind is StatusKind.VERIFIED:
+                verified.append(art)
+            decided[art.artifact_id] = {
+                "status": _status_json(status),
+                "probes": [
+                    _probe_json("logical", lp, None if lp else (error or no_adapter or "not run")),
+                    _probe_json("physical", pp, None if pp else (unsupported or error or no_adapter or "not run")),
+                ],
+            }
+        self.lineage.set_state(arts, "decided")
+        # Probe vectors are fragments' embeddings: kept only until they have served their purpose.
+        self.lineage.purge_probes(verified)
+        return {"artifacts": decided}
+
+    def _receipt(self, groups: dict[str, list[ArtifactRecord]]) -> dict[str, Any]:
+        saga = self.lineage.saga(self.saga_id)
+        head = self.lineage.chain_head()
+        entries = []
+        for store, arts in groups.items():
+            sup = self.lineage.step_result(self.saga_id, "suppress", store) or {}
+            rec = self.lineage.step_result(self.saga_id, "reclaim", store) or {}
+            ver = (self.lineage.step_result(self.saga_id, "verify", store) or {}).get("artifacts", {})
+            for art in arts:
+                decided = ver[art.artifact_id]
+                entries.append(
+                    {
+                        "artifact_id": art.artifact_id,
+                        "store": art.store,
+                        "backend": art.backend,
+                        "kind": art.kind,
+                        **decided["status"],
+                        "fingerprint": list(art.fingerprint) if art.fingerprint is not None else None,
+                        "evidence": {
+                            "suppression": {"recorded": True, **sup},
+                            "reclaim": rec or None,
+                            "probes": decided["probes"],
+                        },
+                    }
+                )
+        summary = {kind.value: 0 for kind in StatusKind}
+        for entry in entries:
+            summary[entry["status"]] += 1
+        from tombstone import __version__
+
+        body = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": RECEIPT_KIND,
+            "subject": self.subject,
+            "saga_id": self.saga_id,
+            "sequence": (head[0] if head else 0) + 1,
+            "started_at": saga["started_at"],
+            "finished_at": iso(self.tomb.clock()),
+            "tool": {"name": "tombstone-rag", "version": __version__},
+            "artifacts": entries,
+            "out_of_scope": [{"what": w, "status": "OUT_OF_SCOPE", "reason": r} for w, r in ALWAYS_OUT_OF_SCOPE],
+            "summary": summary,
+            "previous_receipt_hash": head[1] if head else None,
+        }
+        receipt = sign(body, load_private_key(self.tomb.config.keys_dir))
+        data = canonical_bytes(receipt)
+        out = Path(self.out_path) if self.out_path else self.tomb.default_receipt_path(self.subject)
+        # The file is written before the chain row: if the process dies in between, the saga is
+        # still running and resume signs and writes a fresh receipt; the chain never names a
+        # receipt that was not delivered.
+        try:
+            write_atomic(out, pretty(receipt))
+        except OSError as exc:
+            raise SagaError(
+                f"cannot write receipt to {out}: {exc.strerror or exc}; the saga is kept, run 'tombstone resume'"
+            ) from exc
+        self.lineage.append_receipt(self.saga_id, self.lineage.subject_key(self.subject),
+                                    receipt["receipt_hash"], body["previous_receipt_hash"], data)
+        self.receipt_path = out
+        return receipt
+
+
+def _status_json(status: Status) -> dict[str, Any]:
+    return {
+        "status": status.kind.value,
+        "level": status.level.value if status.level else None,
+        "reason": status.reason,
+        "measurement": status.measurement,
+    }
+
+
+def _probe_json(level: str, result: Any, not_run: str | None) -> dict[str, Any]:
+    if result is None:
+        return {"level": level, "ran": False, "passed": None, "measurement": None, "detail": {"why": not_run}}
+    return {
+        "level": level,
+        "ran": True,
+        "passed": result.passed,
+        "measurement": result.measurement,
+        "detail": result.evidence,
+    }
+
+
+def pretty(receipt: dict[str, Any]) -> bytes:
+    import json
+
+    return (json.dumps(receipt, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a file so that readers see the old or the new content, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,5 @@
+"""Reusable test machinery: the adapter conformance suite."""
+
+from tombstone.testing.conformance import AdapterConformance, ConformanceEnv
+
+__all__ = ["AdapterConformance", "ConformanceEnv"]

@@ -1,0 +1,143 @@
+"""The adapter conformance suite. Every adapter, built-in or third-party, runs it.
+
+Subclass :class:`AdapterConformance` in a test module and provide one fixture,
+``conformance_env``, returning a :class:`ConformanceEnv` over a fresh store::
+
+    class TestMyStore(AdapterConformance):
+        @pytest.fixture
+        def conformance_env(self, tmp_path):
+            ...
+            return ConformanceEnv(adapter=..., write=..., survivors=...)
+
+Declared capabilities decide which tests apply. Each test's docstring says what a failure usually
+means. The physical tests always run their control first: the probe must find the bytes before
+erasure, and what the store's own delete leaves behind, or a pass after reclaim proves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tombstone.contract import Adapter, Capability
+from tombstone.errors import PhysicalUnsupportedError
+from tombstone.lineage.db import ArtifactRecord
+from tombstone.verify.levels import Level
+
+
+@dataclass
+class ConformanceEnv:
+    """What the suite needs from an adapter's test module."""
+
+    adapter: Adapter
+    """The adapter under test, serving a fresh store."""
+    write: Callable[[str, int], list[ArtifactRecord]]
+    """Write ``n`` artifacts for a subject through the store's wrapper; return their lineage records."""
+    survivors: Callable[[], Any]
+    """A comparable snapshot of everything the store returns (ids, content, metadata, query results)."""
+    native_delete_leaves_residue: bool = True
+    """Whether the store's own delete is expected to leave the bytes behind (the physical control)."""
+
+
+class AdapterConformance:
+    """Tests every adapter must pass. Provide the ``conformance_env`` fixture in a subclass."""
+
+    @pytest.fixture
+    def conformance_env(self) -> ConformanceEnv:  # pragma: no cover - supplied by subclasses
+        raise NotImplementedError("subclasses provide the conformance_env fixture")
+
+    @pytest.fixture
+    def env(self, conformance_env: ConformanceEnv) -> ConformanceEnv:
+        yield conformance_env
+        conformance_env.adapter.close()
+
+    # -- declarations -------------------------------------------------------------------------
+
+    def test_declares_backend_and_capabilities(self, env: ConformanceEnv) -> None:
+        """The adapter must name its backend and declare capabilities; the lattice reads only those."""
+        adapter = env.adapter
+        assert isinstance(adapter.backend, str) and adapter.backend
+        assert isinstance(adapter.capabilities, frozenset) and adapter.capabilities
+        assert all(isinstance(c, Capability) for c in adapter.capabilities)
+        assert Level.LOGICAL in adapter.levels
+        if Capability.MANAGED in adapter.capabilities:
+            assert Capability.PHYSICAL_SCAN not in adapter.capabilities, "a managed store cannot be byte-scanned"
+        assert (Capability.HIDE in adapter.capabilities) != (Capability.IMMEDIATE_DELETE in adapter.capabilities)
+
+    # -- logical ------------------------------------------------------------------------------
+
+    def test_logical_probe_sees_live_artifacts(self, env: ConformanceEnv) -> None:
+        """Control: a live artifact must fail the logical probe, or a later pass means nothing."""
+        arts = env.write("conformance-subject", 3)
+        results = env.adapter.probe_logical(arts)
+        assert set(results) == {a.artifact_id for a in arts}
+        assert all(not r.passed for r in results.values()), results
+
+    def test_suppress_hides_from_every_path(self, env: ConformanceEnv) -> None:
+        """After suppress, no query path may return the artifact; others stay visible."""
+        mine = env.write("conformance-subject", 3)
+        other = env.write("conformance-survivor", 2)
+        env.adapter.suppress(mine)
+        assert all(r.passed for r in env.adapter.probe_logical(mine).values())
+        assert all(not r.passed for r in env.adapter.probe_logical(other).values()), "a survivor disappeared"
+
+    def test_suppress_is_idempotent(self, env: ConformanceEnv) -> None:
+        """Steps are re-run after a crash; running suppress twice must be harmless."""
+        mine = env.write("conformance-subject", 2)
+        env.adapter.suppress(mine)
+        env.adapter.suppress(mine)
+        assert all(r.passed for r in env.adapter.probe_logical(mine).values())
+
+    # -- physical -----------------------------------------------------------------------------
+
+    def test_physical_probe_finds_live_bytes(self, env: ConformanceEnv) -> None:
+        """Control: the scan must find a live artifact's bytes. If not, the patterns or files are wrong."""
+        arts = env.write("conformance-subject", 3)
+        if Capability.PHYSICAL_SCAN not in env.adapter.capabilities:
+            with pytest.raises(PhysicalUnsupportedError):
+                env.adapter.probe_physical(arts)
+            return
+        results = env.adapter.probe_physical(arts)
+        assert all(not r.passed and r.id_found for r in results.values()), results
+
+    def test_native_delete_control(self, env: ConformanceEnv) -> None:
+        """Control: the store's own delete leaves bytes the probe must find (when the env says it does)."""
+        if Capability.PHYSICAL_SCAN not in env.adapter.capabilities or not env.native_delete_leaves_residue:
+            pytest.skip("no physical scan, or the store's own delete is not expected to leave residue")
+        arts = env.write("conformance-subject", 3)
+        env.adapter.native_delete(arts)
+        assert all(r.passed for r in env.adapter.probe_logical(arts).values())
+        results = env.adapter.probe_physical(arts)
+        assert any(not r.passed for r in results.values()), "the store's own delete left nothing to find"
+
+    def test_reclaim_removes_bytes_and_keeps_survivors(self, env: ConformanceEnv) -> None:
+        """After suppress + reclaim the scan finds nothing of the erased; survivors are unchanged."""
+        if Capability.RECLAIM not in env.adapter.capabilities:
+            pytest.skip("no reclaim recipe")
+        mine = env.write("conformance-subject", 3)
+        others = env.write("conformance-survivor", 3)
+        before = env.survivors()
+        if Capability.PHYSICAL_SCAN in env.adapter.capabilities:
+            assert all(not r.passed for r in env.adapter.probe_physical(mine).values())
+        env.adapter.suppress(mine)
+        env.adapter.reclaim(mine)
+        env.adapter.reclaim(mine)  # idempotent
+        after = env.survivors()
+        expected = _without(before, {a.artifact_id for a in mine})
+        assert after == expected, "reclaim changed or lost a survivor"
+        assert all(r.passed for r in env.adapter.probe_logical(mine).values())
+        assert all(not r.passed for r in env.adapter.probe_logical(others).values())
+        if Capability.PHYSICAL_SCAN in env.adapter.capabilities:
+            results = env.adapter.probe_physical(mine)
+            assert all(r.passed for r in results.values()), results
+            assert all(not r.passed for r in env.adapter.probe_physical(others).values())
+
+
+def _without(snapshot: Any, ids: set[str]) -> Any:
+    """Drop erased ids from a survivors snapshot shaped as {id: ...}."""
+    if isinstance(snapshot, dict):
+        return {k: v for k, v in snapshot.items() if k not in ids}
+    return snapshot

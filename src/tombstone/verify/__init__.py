@@ -1,0 +1,1 @@
+"""Verification: the status lattice and the probes' shared machinery."""

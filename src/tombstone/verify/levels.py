@@ -1,0 +1,265 @@
+"""The status lattice: one status per artifact, decided by the first rule that matches.
+
+The order is the specification's and it is the honesty of the tool. In particular a store that
+cannot be checked physically (rule 5) is decided *before* a physical failure or a pass can be
+considered, so it shows up UNVERIFIED and never VERIFIED by omission.
+
+1. scope_violation       raise ScopeViolationError
+2. not_suppressed        raise NotSuppressedError (no durable suppression record)
+   dlq                   UNVERIFIED(dlq: last error)
+   no_adapter            UNVERIFIED(no adapter)
+   lineage_gap           UNVERIFIED(lineage gap: ...)
+3. third_party           NEEDS_HUMAN(third party: ...)
+4. logical_fail          RESIDUAL(logical)
+5. physical_unsupported  UNVERIFIED(physical: why)      (also when no physical probe ran)
+6. physical_fail         RESIDUAL(physical)             (the artifact id, or content nobody else owns)
+   duplicate_content     UNVERIFIED(duplicate content)  (id gone; remaining bytes belong to a live survivor)
+7. model_residual        RESIDUAL(model)
+8. semantic_residual     RESIDUAL(semantic)
+   logical_not_run       UNVERIFIED(logical probe did not run)
+9. verified              VERIFIED(highest level whose probe ran and passed)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tombstone.errors import NotSuppressedError, ScopeViolationError
+
+
+class Level(str, enum.Enum):
+    """The four verification levels, lowest first."""
+
+    LOGICAL = "logical"
+    PHYSICAL = "physical"
+    SEMANTIC = "semantic"
+    MODEL = "model"
+
+    @property
+    def rank(self) -> int:
+        return _LEVEL_ORDER.index(self)
+
+
+_LEVEL_ORDER = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC, Level.MODEL)
+
+
+class StatusKind(str, enum.Enum):
+    """The five statuses an artifact can end with."""
+
+    VERIFIED = "VERIFIED"
+    UNVERIFIED = "UNVERIFIED"
+    RESIDUAL = "RESIDUAL"
+    OUT_OF_SCOPE = "OUT_OF_SCOPE"
+    NEEDS_HUMAN = "NEEDS_HUMAN"
+
+
+@dataclass(frozen=True)
+class Status:
+    """Exactly one status for one artifact."""
+
+    kind: StatusKind
+    """Which of the five statuses."""
+    level: Level | None = None
+    """The level, for VERIFIED and RESIDUAL only."""
+    reason: str | None = None
+    """Why, for UNVERIFIED, OUT_OF_SCOPE and NEEDS_HUMAN only."""
+    measurement: str | None = None
+    """What was still found, for RESIDUAL only."""
+    rule: str = ""
+    """Name of the lattice rule that produced this status."""
+
+    def __post_init__(self) -> None:
+        needs_level = self.kind in (StatusKind.VERIFIED, StatusKind.RESIDUAL)
+        if needs_level != (self.level is not None):
+            raise ValueError(f"{self.kind.value} {'needs' if needs_level else 'takes no'} level")
+        needs_reason = self.kind in (
+            StatusKind.UNVERIFIED,
+            StatusKind.OUT_OF_SCOPE,
+            StatusKind.NEEDS_HUMAN,
+        )
+        if needs_reason != bool(self.reason):
+            raise ValueError(f"{self.kind.value} {'needs' if needs_reason else 'takes no'} reason")
+        if (self.kind is StatusKind.RESIDUAL) != bool(self.measurement):
+            raise ValueError("RESIDUAL needs a measurement, and only RESIDUAL has one")
+
+    def __str__(self) -> str:
+        inner = self.level.value if self.level else self.reason
+        if self.measurement:
+            inner = f"{inner}: {self.measurement}"
+        return f"{self.kind.value}({inner})"
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Everything the saga learned about one artifact; the only input of the lattice.
+
+    ``None`` for a probe outcome means the probe did not run. Decisions rest on things that are
+    stable across a crash and resume (an id's presence, the lineage graph); counts that move with a
+    background flush belong in the evidence, not here.
+    """
+
+    artifact_id: str
+    """The artifact being decided."""
+    scope_violation: str | None = None
+    """Set when the artifact belongs to a subject other than the one being erased."""
+    suppressed: bool = False
+    """A durable suppression record exists for the artifact."""
+    dlq_error: str | None = None
+    """Last error, when the artifact went to the dead-letter list."""
+    no_adapter: str | None = None
+    """Backend name, when no installed adapter serves the artifact's store."""
+    lineage_gap: str | None = None
+    """What is missing, when the lineage graph around the artifact is incomplete."""
+    third_party: str | None = None
+    """Who received a copy, when the artifact left for a third party."""
+    logical_passed: bool | None = None
+    """True: no known query path returns the artifact. False: one still does."""
+    logical_measurement: str | None = None
+    """What returned the artifact, when the logical probe failed."""
+    physical_unsupported: str | None = None
+    """Why the persisted bytes cannot be inspected, when they cannot."""
+    physical_passed: bool | None = None
+    """True: neither id nor unowned content bytes remain. False: something remains."""
+    physical_measurement: str | None = None
+    """What the scan found, when the physical probe failed."""
+    duplicate_content: str | None = None
+    """Set when the id is gone but its content bytes belong to another live artifact."""
+    model_passed: bool | None = None
+    """Outcome of the model-level probe, for artifacts that reached model weights."""
+    model_residual: str | None = None
+    """Measurement, when the model probe separates the subject from held-out data."""
+    semantic_residual: str | None = None
+    """Measurement, when the neighbourhood drift is above the control's."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the lattice."""
+
+    name: str
+    matches: Callable[[Findings], bool]
+    decide: Callable[[Findings], Status]
+
+
+def _raise_scope(f: Findings) -> Status:
+    raise ScopeViolationError(f"artifact {f.artifact_id} belongs to another subject: {f.scope_violation}")
+
+
+def _raise_not_suppressed(f: Findings) -> Status:
+    raise NotSuppressedError(f"artifact {f.artifact_id} has no durable suppression record")
+
+
+def _verified(f: Findings) -> Status:
+    passed = [Level.LOGICAL]
+    if f.physical_passed:
+        passed.append(Level.PHYSICAL)
+    if f.model_passed:
+        passed.append(Level.MODEL)
+    return Status(StatusKind.VERIFIED, level=max(passed, key=lambda lv: lv.rank), rule="verified")
+
+
+def _physical_unsupported_reason(f: Findings) -> str:
+    return f"physical: {f.physical_unsupported or 'no physical probe ran'}"
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("scope_violation", lambda f: f.scope_violation is not None, _raise_scope),
+    Rule("not_suppressed", lambda f: not f.suppressed, _raise_not_suppressed),
+    Rule(
+        "dlq",
+        lambda f: f.dlq_error is not None,
+        lambda f: Status(StatusKind.UNVERIFIED, reason=f"dlq: {f.dlq_error}", rule="dlq"),
+    ),
+    Rule(
+        "no_adapter",
+        lambda f: f.no_adapter is not None,
+        lambda f: Status(StatusKind.UNVERIFIED, reason=f"no adapter: {f.no_adapter}", rule="no_adapter"),
+    ),
+    Rule(
+        "lineage_gap",
+        lambda f: f.lineage_gap is not None,
+        lambda f: Status(StatusKind.UNVERIFIED, reason=f"lineage gap: {f.lineage_gap}", rule="lineage_gap"),
+    ),
+    Rule(
+        "third_party",
+        lambda f: f.third_party is not None,
+        lambda f: Status(StatusKind.NEEDS_HUMAN, reason=f"third party: {f.third_party}", rule="third_party"),
+    ),
+    Rule(
+        "logical_fail",
+        lambda f: f.logical_passed is False,
+        lambda f: Status(
+            StatusKind.RESIDUAL,
+            level=Level.LOGICAL,
+            measurement=f.logical_measurement or "still returned by a query path",
+            rule="logical_fail",
+        ),
+    ),
+    Rule(
+        "physical_unsupported",
+        lambda f: f.physical_unsupported is not None or f.physical_passed is None,
+        lambda f: Status(
+            StatusKind.UNVERIFIED, reason=_physical_unsupported_reason(f), rule="physical_unsupported"
+        ),
+    ),
+    Rule(
+        "physical_fail",
+        lambda f: f.physical_passed is False,
+        lambda f: Status(
+            StatusKind.RESIDUAL,
+            level=Level.PHYSICAL,
+            measurement=f.physical_measurement or "bytes still in storage",
+            rule="physical_fail",
+        ),
+    ),
+    Rule(
+        "duplicate_content",
+        lambda f: f.duplicate_content is not None,
+        lambda f: Status(
+            StatusKind.UNVERIFIED,
+            reason=f"duplicate content: {f.duplicate_content}",
+            rule="duplicate_content",
+        ),
+    ),
+    Rule(
+        "model_residual",
+        lambda f: f.model_residual is not None,
+        lambda f: Status(
+            StatusKind.RESIDUAL, level=Level.MODEL, measurement=f.model_residual, rule="model_residual"
+        ),
+    ),
+    Rule(
+        "semantic_residual",
+        lambda f: f.semantic_residual is not None,
+        lambda f: Status(
+            StatusKind.RESIDUAL,
+            level=Level.SEMANTIC,
+            measurement=f.semantic_residual,
+            rule="semantic_residual",
+        ),
+    ),
+    Rule(
+        "logical_not_run",
+        lambda f: f.logical_passed is None,
+        lambda f: Status(
+            StatusKind.UNVERIFIED, reason="logical probe did not run", rule="logical_not_run"
+        ),
+    ),
+    Rule("verified", lambda f: True, _verified),
+)
+
+
+def decide(findings: Findings) -> Status:
+    """Return the status of the first rule that matches ``findings``.
+
+    Raises ScopeViolationError or NotSuppressedError for the two rules that must never yield a status.
+    """
+    for rule in RULES:
+        if rule.matches(findings):
+            return rule.decide(findings)
+    raise AssertionError("the last rule always matches")  # pragma: no cover
+
+
+__all__ = ["Findings", "Level", "RULES", "Rule", "Status", "StatusKind", "decide"]
