@@ -72,6 +72,13 @@ class Saga:
         running = tomb.lineage.running_saga(key)
         if running is not None:
             return cls(tomb, running["saga_id"], subject, out_path or running["out_path"])
+        # Preflight: a store that cannot even be opened stops a new saga before anything changes.
+        # A store with no adapter does not: that artifact is reported UNVERIFIED(no adapter).
+        for store in sorted({a.store for a in tomb.lineage.artifacts_for(key)}):
+            try:
+                tomb.adapter(store)
+            except (AdapterNotFoundError, ConfigError):
+                continue
         saga_id = str(uuid.uuid4())
         tomb.lineage.create_saga(saga_id, subject, out_path)
         return cls(tomb, saga_id, subject, out_path)

@@ -76,30 +76,32 @@ def scan_files(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, b
 
 
 def _scan_one(path, matcher, distinct, by_bytes, overlap, report) -> int:
+    # One buffer for the whole file: the tail of the previous chunk is moved to its front and the
+    # next chunk is read in after it, so no chunk is ever copied into a new bytes object.
+    buf = bytearray(overlap + CHUNK_SIZE)
+    view = memoryview(buf)
     seen: set[tuple[int, int]] = set()
     total = 0
+    carried = 0  # bytes at the front of buf that came from the previous chunk
+    base = 0  # file offset of buf[0]
     with open(path, "rb") as fh:
-        carry = b""
-        base = 0  # file offset of carry[0]
         while True:
-            chunk = fh.read(CHUNK_SIZE)
-            if not chunk and not carry:
+            read = fh.readinto(view[carried:])
+            if not read:
                 break
-            buf = carry + chunk
-            total += len(chunk)
-            for index, start, _end in matcher.find_matches_as_indexes(buf, overlapping=True):
+            total += read
+            filled = carried + read
+            for index, start, _end in matcher.find_matches_as_indexes(view[:filled], overlapping=True):
                 absolute = base + start
-                if (index, absolute) in seen:
-                    continue
+                if carried and start < carried and (index, absolute) in seen:
+                    continue  # already reported while scanning the previous chunk
                 seen.add((index, absolute))
                 for key in by_bytes[distinct[index]]:
                     report.hits[key].append(Hit(str(path), absolute))
-            if not chunk:
-                break
-            keep = min(overlap, len(buf))
-            carry = buf[len(buf) - keep :] if keep else b""
-            base += len(buf) - keep
-            # forget matches that can no longer reappear in the carried tail
+            keep = min(overlap, filled)
+            buf[:keep] = bytes(view[filled - keep : filled])  # regions may overlap: copy first
+            base += filled - keep
+            carried = keep
             seen = {item for item in seen if item[1] >= base}
     return total
 

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from tombstone import Tombstone, init_deployment
+from tombstone.config import Config
+
+
+class FrozenClock:
+    """A clock that moves only when told to (one microsecond per call, so times stay ordered)."""
+
+    def __init__(self, start: datetime = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)) -> None:
+        self._ticks = itertools.count()
+        self.start = start
+
+    def __call__(self) -> datetime:
+        return self.start + timedelta(microseconds=next(self._ticks))
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Config:
+    """A fresh deployment with one docstore store named 'docs'."""
+    from tombstone_adapters.docstore import DocStore
+
+    config = init_deployment(
+        tmp_path / "deploy", {"docs": {"backend": "docstore", "path": "stores/docs/docstore.db"}}
+    )
+    DocStore(config.stores["docs"].options["path"]).close()  # the app creates its store
+    return config
+
+
+@pytest.fixture
+def tomb(deployment: Config, clock: FrozenClock):
+    with Tombstone(deployment, clock=clock) as t:
+        yield t
+
+
+def write_docs(tomb: Tombstone, subject: str, n: int, *, prefix: str | None = None, texts=None):
+    """Write ``n`` documents for ``subject`` through the wrapper; return their ids."""
+    from tombstone_adapters.docstore import DocStore
+
+    prefix = prefix or f"{subject}-doc"
+    store = DocStore(tomb.config.stores["docs"].options["path"], lineage=tomb.lineage, store="docs")
+    ids = [f"{prefix}-{i:04d}-{'x' * 8}" for i in range(n)]
+    texts = texts or [f"text of {subject} number {i} with some words" for i in range(n)]
+    try:
+        store.add_many([(i, t, {"n": k}) for k, (i, t) in enumerate(zip(ids, texts))], subject=subject)
+    finally:
+        store.close()
+    return ids

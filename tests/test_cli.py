@@ -1,0 +1,222 @@
+"""The command line: the demo, receipts, and one clear line for every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tombstone.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, cwd: Path | None = None):
+    runner = CliRunner()
+    old = os.getcwd()
+    if cwd:
+        os.chdir(cwd)
+    try:
+        return runner.invoke(main, list(args), catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+def one_line_error(result, code: int) -> str:
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture
+def demo_dir(tmp_path):
+    result = run("demo", "--workdir", str(tmp_path / "d"), "--subjects", "3")
+    assert result.exit_code == 0, result.output
+    return tmp_path / "d"
+
+
+def test_demo_layout_and_receipt(demo_dir):
+    assert (demo_dir / "tombstone.toml").is_file()
+    assert (demo_dir / "lineage.db").is_file()
+    assert (demo_dir / "stores" / "docs" / "docstore.db").is_file()
+    receipt = json.loads((demo_dir / "receipts" / "user-0001.json").read_text())
+    assert receipt["subject"] == "user-0001"
+    assert receipt["summary"]["VERIFIED"] == 3
+    assert (demo_dir / "keys" / "signing.key").stat().st_mode & 0o777 == 0o600
+    assert (demo_dir / "keys" / "lineage.secret").stat().st_mode & 0o777 == 0o600
+
+
+def test_demo_is_deterministic(tmp_path):
+    from tombstone.demo import demo_documents
+
+    assert demo_documents("user-0002") == demo_documents("user-0002")
+    for name in ("a", "b"):
+        assert run("demo", "--workdir", str(tmp_path / name), "--erase", "none").exit_code == 0
+    import sqlite3
+
+    rows = []
+    for name in ("a", "b"):
+        conn = sqlite3.connect(tmp_path / name / "stores" / "docs" / "docstore.db")
+        rows.append(conn.execute("SELECT id, text, metadata FROM documents ORDER BY id").fetchall())
+        conn.close()
+    assert rows[0] == rows[1] and len(rows[0]) == 15
+
+
+def test_demo_refuses_to_clobber(demo_dir, tmp_path):
+    one_line_error(run("demo", "--workdir", str(demo_dir)), 2)
+    other = tmp_path / "precious"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    one_line_error(run("demo", "--workdir", str(other)), 2)
+    assert (other / "keep.txt").read_text() == "mine"
+    assert run("demo", "--workdir", str(demo_dir), "--force", "--erase", "user-0002").exit_code == 0
+
+
+def test_demo_unknown_backend(tmp_path):
+    assert "cannot build" in one_line_error(run("demo", "--workdir", str(tmp_path / "x"), "--backends", "nosuch"), 2)
+
+
+def test_receipt_verify_accepts_and_rejects_a_change(demo_dir):
+    path = demo_dir / "receipts" / "user-0001.json"
+    ok = run("receipt", "verify", str(path))
+    assert ok.exit_code == 0 and ok.output.startswith("OK ")
+    data = json.loads(path.read_text())
+    data["artifacts"][0]["status"] = "RESIDUAL"
+    data["artifacts"][0]["measurement"] = "x"
+    path.write_text(json.dumps(data))
+    one_line_error(run("receipt", "verify", str(path)), 1)
+
+
+def test_receipt_verify_with_explicit_and_wrong_key(demo_dir, tmp_path):
+    path = demo_dir / "receipts" / "user-0001.json"
+    assert run("receipt", "verify", str(path), "--key", str(demo_dir / "keys" / "signing.pub")).exit_code == 0
+    assert run("init", "--home", str(tmp_path / "other")).exit_code == 0
+    err = one_line_error(run("receipt", "verify", str(path), "--key", str(tmp_path / "other" / "keys" / "signing.pub")), 1)
+    assert "trusted key" in err
+
+
+def test_receipt_show(demo_dir):
+    result = run("receipt", "show", str(demo_dir / "receipts" / "user-0001.json"))
+    assert result.exit_code == 0
+    assert "VERIFIED(physical)" in result.output and "user-0001" in result.output
+
+
+def test_malformed_receipt(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert "not valid JSON" in one_line_error(run("receipt", "verify", str(bad)), 1)
+    assert "not valid JSON" in one_line_error(run("receipt", "show", str(bad)), 1)
+    bad.write_text('{"schema_version": "1.0"}')
+    one_line_error(run("receipt", "show", str(bad)), 1)
+    one_line_error(run("receipt", "verify", str(tmp_path / "missing.json")), 1)
+
+
+def test_unknown_subject(demo_dir):
+    err = one_line_error(run("erase", "nobody", "--config", str(demo_dir / "tombstone.toml")), 2)
+    assert "unknown subject" in err
+    one_line_error(run("status", "nobody", "--config", str(demo_dir / "tombstone.toml")), 2)
+
+
+def test_missing_config(tmp_path):
+    err = one_line_error(run("erase", "x", "--config", str(tmp_path / "nope.toml")), 2)
+    assert "config file not found" in err
+    one_line_error(run("status", cwd=tmp_path), 2)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[tombstone\n")
+    assert "not valid TOML" in one_line_error(run("status", "--config", str(broken)), 2)
+
+
+def test_unreadable_store_loses_nothing(tmp_path):
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--erase", "none").exit_code == 0
+    store = root / "stores" / "docs" / "docstore.db"
+    moved = store.with_name("elsewhere.db")
+    store.rename(moved)
+    err = one_line_error(run("erase", "user-0001", "--config", str(root / "tombstone.toml")), 2)
+    assert "docstore file not found" in err
+    status = run("status", "--config", str(root / "tombstone.toml"))
+    assert "no erasure has been run" in status.output and "live 15" in status.output
+    moved.rename(store)
+    assert run("erase", "user-0001", "--config", str(root / "tombstone.toml")).exit_code == 0
+
+
+def test_erase_status_resume(demo_dir):
+    cfg = str(demo_dir / "tombstone.toml")
+    out = demo_dir / "elsewhere" / "r.json"
+    result = run("erase", "user-0002", "--config", cfg, "--out", str(out))
+    assert result.exit_code == 0 and out.is_file()
+    status = run("status", "--config", cfg)
+    assert status.exit_code == 0 and "user-0002" in status.output and "done" in status.output
+    assert "decided" in run("status", "user-0002", "--config", cfg).output
+    assert "no interrupted erasure" in run("resume", "--config", cfg).output
+
+
+def test_receipt_schema_command():
+    result = run("receipt", "schema")
+    assert json.loads(result.output)["title"] == "Tombstone erasure receipt"
+
+
+def _commands(group: click.Group, prefix: str = ""):
+    for name, command in group.commands.items():
+        full = f"{prefix}{name}"
+        yield full, command
+        if isinstance(command, click.Group):
+            yield from _commands(command, full + " ")
+
+
+def test_every_command_has_help_and_is_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    for name, command in _commands(main):
+        assert command.help and command.help.strip(), f"{name} has no help text"
+        assert f"tombstone {name}" in readme, f"'tombstone {name}' is not documented in README.md"
+        assert run(*name.split(), "--help").exit_code == 0
+
+
+def test_python_dash_m_and_console_script(tmp_path):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run([sys.executable, "-m", "tombstone", "--version"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and "tombstone" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "tombstone", "erase", "x", "--config", str(tmp_path / "no.toml")],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+
+
+def test_import_loads_no_vendor_client():
+    code = (
+        "import sys, tombstone, tombstone.cli, tombstone.api;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('chromadb','faiss','qdrant_client','psycopg','pinecone','langchain_community','torch','pgserver')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_builtin_adapter_registered_through_entry_point():
+    from importlib.metadata import entry_points
+
+    from tombstone.contract import ENTRY_POINT_GROUP, adapter_class
+    from tombstone_adapters.docstore import DocstoreAdapter
+
+    names = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    assert names["docstore"] == "tombstone_adapters.docstore:DocstoreAdapter"
+    assert adapter_class("docstore") is DocstoreAdapter
+
+
+def test_unknown_backend_is_a_clear_error():
+    from tombstone.contract import adapter_class
+    from tombstone.errors import AdapterNotFoundError
+
+    with pytest.raises(AdapterNotFoundError, match=r"pip install 'tombstone-rag\[chroma\]'"):
+        adapter_class("chroma")
+    with pytest.raises(AdapterNotFoundError, match="no adapter installed"):
+        adapter_class("nosuch")

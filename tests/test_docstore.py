@@ -1,0 +1,146 @@
+"""SQLite docstore backend against real SQLite files: conformance, controls, end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tombstone.contract import open_adapter
+from tombstone.testing import AdapterConformance, ConformanceEnv
+from tombstone_adapters.docstore import DocStore, DocstoreAdapter
+
+from conftest import write_docs
+
+
+def independent_scan(directory: Path, needle: str) -> list[str]:
+    """A byte scan written without any Tombstone code: which files under ``directory`` hold ``needle``."""
+    return sorted(p.name for p in directory.rglob("*") if p.is_file() and needle.encode() in p.read_bytes())
+
+
+class TestDocstoreConformance(AdapterConformance):
+    @pytest.fixture
+    def conformance_env(self, tomb):
+        # The control needs a plain DELETE that leaves the freed cell in place: this machine's
+        # SQLite has secure_delete on by default, so turn it off explicitly.
+        adapter = open_adapter("docs", "docstore", {**tomb.config.stores["docs"].options, "secure_delete": False})
+        counter = iter(range(10_000))
+
+        def write(subject: str, n: int):
+            ids = write_docs(tomb, subject, n, prefix=f"{subject}-{next(counter)}")
+            return [tomb.lineage.artifact("docs", i) for i in ids]
+
+        def survivors():
+            return {d.id: (d.text, d.metadata) for d in adapter.docs.all()}
+
+        return ConformanceEnv(adapter=adapter, write=write, survivors=survivors)
+
+
+def test_every_read_path_hides_suppressed(tomb):
+    mine = write_docs(tomb, "alice", 2, texts=["alpha shared words", "beta words"])
+    theirs = write_docs(tomb, "bob", 1, texts=["gamma shared words"])
+    adapter = tomb.adapter("docs")
+    adapter.suppress([tomb.lineage.artifact("docs", i) for i in mine])
+    docs = DocStore(tomb.config.stores["docs"].options["path"])
+    try:
+        paths = {
+            "get": [d.id for i in mine + theirs if (d := docs.get(i))],
+            "get_many": [d.id for d in docs.get_many(mine + theirs)],
+            "find": [d.id for d in docs.find(n=0)],
+            "search": [d.id for d in docs.search("shared")],
+            "all": [d.id for d in docs.all()],
+        }
+        for name, returned in paths.items():
+            assert not set(returned) & set(mine), f"{name} returned a suppressed document"
+            assert set(returned) & set(theirs), f"{name} lost the survivor (the path is not exercised)"
+        assert docs.count() == 1
+    finally:
+        docs.close()
+
+
+def test_find_rejects_hostile_metadata_key(tomb):
+    docs = DocStore(tomb.config.stores["docs"].options["path"])
+    with pytest.raises(Exception, match="invalid metadata key"):
+        docs.find(**{"x') OR 1=1 --": 1})
+    docs.close()
+
+
+@pytest.mark.parametrize("secure_delete", [False, True])
+def test_plain_delete_control_and_reclaim(tomb, secure_delete):
+    """Before erasure the scan finds the id; after a plain DELETE it is still on disk when
+    secure_delete is off (the control); after the reclaim recipe nothing is found, independently."""
+    mine = write_docs(tomb, "alice", 3)
+    write_docs(tomb, "bob", 2)
+    arts = [tomb.lineage.artifact("docs", i) for i in mine]
+    adapter = DocstoreAdapter("docs", {**tomb.config.stores["docs"].options, "secure_delete": secure_delete})
+    store_dir = Path(adapter.docs.path).parent
+    try:
+        assert all(not r.passed and r.id_found for r in adapter.probe_physical(arts).values())
+        assert independent_scan(store_dir, mine[0])
+        adapter.native_delete(arts)
+        assert all(r.passed for r in adapter.probe_logical(arts).values())
+        after_delete = adapter.probe_physical(arts)
+        if not secure_delete:
+            assert all(not r.passed for r in after_delete.values()), "control: plain DELETE left nothing"
+            assert independent_scan(store_dir, mine[0])
+        evidence = adapter.reclaim(arts)
+        assert evidence["secure_delete"] is secure_delete
+        assert all(r.passed for r in adapter.probe_physical(arts).values())
+    finally:
+        adapter.close()
+    for doc_id in mine:
+        assert independent_scan(store_dir, doc_id) == []
+
+
+def test_erase_end_to_end_verified_physical(tomb):
+    mine = write_docs(tomb, "alice", 3)
+    theirs = write_docs(tomb, "bob", 2)
+    path = Path(tomb.config.stores["docs"].options["path"])
+    before = {d.id: d for d in DocStore(path).all() if d.id in theirs}
+    receipt, receipt_path = tomb.erase("alice")
+    assert receipt_path.exists()
+    assert {a["artifact_id"] for a in receipt["artifacts"]} == set(mine)
+    assert all(a["status"] == "VERIFIED" and a["level"] == "physical" for a in receipt["artifacts"])
+    tomb.close()
+    for doc_id in mine:
+        assert independent_scan(path.parent, doc_id) == []
+    survivors = DocStore(path)
+    assert {d.id: d for d in survivors.all()} == before
+    survivors.close()
+
+
+def test_store_own_delete_then_erase_is_honest(tomb):
+    """If the app already deleted the rows, erasure still reclaims and verifies from the bytes."""
+    mine = write_docs(tomb, "alice", 2)
+    adapter = DocstoreAdapter("docs", {**tomb.config.stores["docs"].options, "secure_delete": False})
+    adapter.native_delete([tomb.lineage.artifact("docs", i) for i in mine])
+    adapter.close()
+    receipt, _ = tomb.erase("alice")
+    assert [a["status"] for a in receipt["artifacts"]] == ["VERIFIED", "VERIFIED"]
+
+
+def test_unreadable_store_never_verifies(tomb, tmp_path):
+    write_docs(tomb, "alice", 1)
+    path = Path(tomb.config.stores["docs"].options["path"])
+    adapter = tomb.adapter("docs")
+    adapter.close()
+    tomb._adapters.clear()
+    path.unlink()
+    Path(f"{path}-wal").unlink(missing_ok=True)
+    with pytest.raises(Exception, match="docstore file not found"):
+        tomb.erase("alice")
+
+
+def test_store_lost_mid_saga_is_unverified(tomb, monkeypatch):
+    write_docs(tomb, "alice", 2)
+    adapter = tomb.adapter("docs")
+
+    from tombstone.errors import StoreUnavailableError
+
+    def failing_reclaim(arts):
+        raise StoreUnavailableError("docstore write failed: disk I/O error", store="docs")
+
+    monkeypatch.setattr(adapter, "reclaim", failing_reclaim)
+    receipt, _ = tomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"UNVERIFIED"}
+    assert all(a["reason"].startswith("dlq: ") for a in receipt["artifacts"])

@@ -1,0 +1,133 @@
+"""The status lattice: every rule, and that the first match wins."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tombstone.errors import NotSuppressedError, ScopeViolationError
+from tombstone.verify.levels import RULES, Findings, Level, Status, StatusKind, decide
+
+CLEAN = Findings(artifact_id="a1", suppressed=True, logical_passed=True, physical_passed=True)
+
+
+def test_rule_order_is_the_specs():
+    assert [r.name for r in RULES] == [
+        "scope_violation",
+        "not_suppressed",
+        "dlq",
+        "no_adapter",
+        "lineage_gap",
+        "third_party",
+        "logical_fail",
+        "physical_unsupported",
+        "physical_fail",
+        "duplicate_content",
+        "model_residual",
+        "semantic_residual",
+        "logical_not_run",
+        "verified",
+    ]
+
+
+def test_scope_violation_raises():
+    with pytest.raises(ScopeViolationError):
+        decide(dataclasses.replace(CLEAN, scope_violation="subject B"))
+
+
+def test_not_suppressed_raises():
+    with pytest.raises(NotSuppressedError):
+        decide(dataclasses.replace(CLEAN, suppressed=False))
+
+
+@pytest.mark.parametrize(
+    ("change", "kind", "level", "text"),
+    [
+        ({"dlq_error": "timeout"}, StatusKind.UNVERIFIED, None, "dlq: timeout"),
+        ({"no_adapter": "chroma"}, StatusKind.UNVERIFIED, None, "no adapter: chroma"),
+        ({"lineage_gap": "source missing"}, StatusKind.UNVERIFIED, None, "lineage gap: source missing"),
+        ({"third_party": "acme export"}, StatusKind.NEEDS_HUMAN, None, "third party: acme export"),
+        ({"logical_passed": False, "logical_measurement": "get"}, StatusKind.RESIDUAL, Level.LOGICAL, "get"),
+        ({"physical_unsupported": "managed"}, StatusKind.UNVERIFIED, None, "physical: managed"),
+        ({"physical_passed": None}, StatusKind.UNVERIFIED, None, "physical: no physical probe ran"),
+        ({"physical_passed": False, "physical_measurement": "id 2x"}, StatusKind.RESIDUAL, Level.PHYSICAL, "id 2x"),
+        ({"duplicate_content": "1 survivor"}, StatusKind.UNVERIFIED, None, "duplicate content: 1 survivor"),
+        ({"model_residual": "MIA auc 0.71"}, StatusKind.RESIDUAL, Level.MODEL, "MIA auc 0.71"),
+        ({"semantic_residual": "drift 0.3"}, StatusKind.RESIDUAL, Level.SEMANTIC, "drift 0.3"),
+        ({"logical_passed": None}, StatusKind.UNVERIFIED, None, "logical probe did not run"),
+        ({}, StatusKind.VERIFIED, Level.PHYSICAL, None),
+        ({"model_passed": True}, StatusKind.VERIFIED, Level.MODEL, None),
+    ],
+)
+def test_each_rule(change, kind, level, text):
+    status = decide(dataclasses.replace(CLEAN, **change))
+    assert status.kind is kind
+    assert status.level is level
+    if text:
+        assert text in (status.reason or status.measurement)
+
+
+def test_physical_unsupported_is_never_verified_by_omission():
+    """Rule 5 before rule 6 and 9: a store that cannot be checked is UNVERIFIED even if nothing else failed."""
+    status = decide(dataclasses.replace(CLEAN, physical_passed=None, physical_unsupported="managed"))
+    assert status.kind is StatusKind.UNVERIFIED
+
+
+def test_order_matters_first_match_wins():
+    """An artifact matching several rules gets the earliest one's status."""
+    everything = dataclasses.replace(
+        CLEAN,
+        dlq_error="down",
+        third_party="acme",
+        logical_passed=False,
+        logical_measurement="get",
+        physical_passed=False,
+        physical_measurement="id",
+    )
+    assert decide(everything).rule == "dlq"
+    assert decide(dataclasses.replace(everything, dlq_error=None)).rule == "third_party"
+    assert decide(dataclasses.replace(everything, dlq_error=None, third_party=None)).rule == "logical_fail"
+    both_physical = dataclasses.replace(CLEAN, physical_unsupported="managed", physical_passed=False, physical_measurement="x")
+    assert decide(both_physical).rule == "physical_unsupported"
+
+
+_findings = st.builds(
+    Findings,
+    artifact_id=st.just("a"),
+    suppressed=st.just(True),
+    dlq_error=st.one_of(st.none(), st.just("e")),
+    no_adapter=st.one_of(st.none(), st.just("x")),
+    lineage_gap=st.one_of(st.none(), st.just("g")),
+    third_party=st.one_of(st.none(), st.just("t")),
+    logical_passed=st.one_of(st.none(), st.booleans()),
+    physical_unsupported=st.one_of(st.none(), st.just("m")),
+    physical_passed=st.one_of(st.none(), st.booleans()),
+    duplicate_content=st.one_of(st.none(), st.just("d")),
+    model_passed=st.one_of(st.none(), st.booleans()),
+    model_residual=st.one_of(st.none(), st.just("r")),
+    semantic_residual=st.one_of(st.none(), st.just("s")),
+)
+
+
+@given(_findings)
+def test_decide_is_the_first_matching_rule(findings):
+    first = next(rule for rule in RULES if rule.matches(findings))
+    status = decide(findings)
+    assert status.rule == first.name
+    if status.kind is StatusKind.VERIFIED:
+        # nothing on the way down matched: every probe ran and passed
+        assert findings.logical_passed is True and findings.physical_passed is True
+        assert findings.physical_unsupported is None and findings.dlq_error is None
+
+
+def test_status_invariants():
+    with pytest.raises(ValueError):
+        Status(StatusKind.VERIFIED)
+    with pytest.raises(ValueError):
+        Status(StatusKind.UNVERIFIED, level=Level.LOGICAL, reason="x")
+    with pytest.raises(ValueError):
+        Status(StatusKind.RESIDUAL, level=Level.PHYSICAL)
+    assert str(Status(StatusKind.VERIFIED, level=Level.PHYSICAL)) == "VERIFIED(physical)"

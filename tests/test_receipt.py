@@ -1,0 +1,160 @@
+"""Receipts: schema, canonical hashing, Ed25519 signature, chain, and tamper detection."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import jsonschema
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tombstone.errors import ReceiptError
+from tombstone.keys import load_private_key
+from tombstone.receipt import body_hash, canonical_bytes, receipt_schema, sign, verify
+from tombstone.receipt.canonical import UNSIGNED_FIELDS
+
+from conftest import write_docs
+
+
+@pytest.fixture
+def signed(tomb):
+    """A real receipt from an erasure, plus a vector artifact with a fingerprint, re-signed."""
+    write_docs(tomb, "alice", 2)
+    write_docs(tomb, "bob", 1)
+    receipt, _ = tomb.erase("alice")
+    body = {k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS}
+    vector = copy.deepcopy(body["artifacts"][0])
+    vector.update(artifact_id="vec-1", backend="chroma", kind="vector",
+                  fingerprint=[0.125, -0.5, 0.03125, 1e-7] + [0.0] * 28)
+    body["artifacts"].append(vector)
+    body["summary"]["VERIFIED"] += 1
+    key = load_private_key(tomb.config.keys_dir)
+    return sign(body, key), key.public_key()
+
+
+def test_real_receipt_is_valid_and_matches_schema(signed):
+    receipt, public = signed
+    jsonschema.validate(receipt, receipt_schema())
+    assert verify(receipt, public).receipt_hash == receipt["receipt_hash"]
+    for field in ("schema_version", "subject", "saga_id", "started_at", "finished_at", "tool",
+                  "previous_receipt_hash", "receipt_hash", "signature"):
+        assert field in receipt
+    art = receipt["artifacts"][0]
+    for field in ("artifact_id", "store", "backend", "status", "level", "reason", "measurement",
+                  "evidence", "fingerprint"):
+        assert field in art
+    assert receipt["signature"]["algorithm"] == "ed25519"
+
+
+def test_wrong_key_fails(signed):
+    receipt, _ = signed
+    with pytest.raises(ReceiptError, match="not by the trusted key"):
+        verify(receipt, Ed25519PrivateKey.generate().public_key())
+
+
+def test_forged_key_id_fails(signed):
+    """Re-labelling the key id to an attacker's key and re-hashing does not help: the signature fails."""
+    receipt, _ = signed
+    attacker = Ed25519PrivateKey.generate()
+    forged = sign({k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS}, attacker)
+    with pytest.raises(ReceiptError):
+        verify(forged, signed[1])
+
+
+def test_canonical_form_is_order_independent():
+    a = {"b": 1, "a": [1.5, {"y": None, "x": "é"}]}
+    b = json.loads(json.dumps(a, indent=4, sort_keys=False))
+    assert canonical_bytes(a) == canonical_bytes(b) == '{"a":[1.5,{"x":"é","y":null}],"b":1}'.encode()
+
+
+def test_pretty_printed_file_still_verifies(signed):
+    receipt, public = signed
+    reread = json.loads(json.dumps(receipt, indent=2))
+    verify(reread, public)
+
+
+def _leaves(obj, path=()):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path
+
+
+def _mutate(value, seed: int):
+    if isinstance(value, bool):
+        return not value
+    if value is None:
+        return "x" if seed % 2 else 0
+    if isinstance(value, int):
+        return value + 1 + seed % 5
+    if isinstance(value, float):
+        return value + 1.0 + seed % 3 if seed % 2 else -value - 0.5
+    if isinstance(value, str):
+        if not value:
+            return "x"
+        i = seed % len(value)
+        replacement = "A" if value[i] != "A" else "B"
+        return value[:i] + replacement + value[i + 1 :]
+    raise AssertionError(type(value))
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(data=st.data())
+def test_any_single_value_change_is_detected(signed, data):
+    receipt, public = signed
+    paths = list(_leaves(receipt))
+    path = data.draw(st.sampled_from(paths), label="path")
+    seed = data.draw(st.integers(min_value=0, max_value=10_000), label="seed")
+    tampered = copy.deepcopy(receipt)
+    node = tampered
+    for key in path[:-1]:
+        node = node[key]
+    original = node[path[-1]]
+    node[path[-1]] = _mutate(original, seed)
+    assert node[path[-1]] != original or type(node[path[-1]]) is not type(original)
+    with pytest.raises(ReceiptError):
+        verify(tampered, public)
+
+
+@pytest.mark.parametrize("path", [("artifacts", 0, "status"), ("artifacts", 0, "level"),
+                                  ("artifacts", 0, "artifact_id"), ("artifacts", -1, "fingerprint", 1),
+                                  ("finished_at",), ("receipt_hash",), ("signature", "value")])
+def test_named_fields_are_protected(signed, path):
+    receipt, public = signed
+    tampered = copy.deepcopy(receipt)
+    node = tampered
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = {"status": "RESIDUAL", "level": "logical"}.get(path[-1], _mutate(node[path[-1]], 7))
+    with pytest.raises(ReceiptError):
+        verify(tampered, public)
+
+
+def test_removing_or_adding_a_field_is_detected(signed):
+    receipt, public = signed
+    extra = copy.deepcopy(receipt)
+    extra["artifacts"][0]["note"] = "added"
+    with pytest.raises(ReceiptError):
+        verify(extra, public)
+    dropped = copy.deepcopy(receipt)
+    dropped["artifacts"].pop()
+    with pytest.raises(ReceiptError):
+        verify(dropped, public)
+
+
+def test_receipts_chain(tomb):
+    write_docs(tomb, "alice", 1)
+    write_docs(tomb, "bob", 1)
+    first, _ = tomb.erase("alice")
+    second, _ = tomb.erase("bob")
+    assert first["previous_receipt_hash"] is None and first["sequence"] == 1
+    assert second["previous_receipt_hash"] == first["receipt_hash"] and second["sequence"] == 2
+    assert tomb.lineage.chain_head() == (2, second["receipt_hash"])
+    assert body_hash(second) == second["receipt_hash"]

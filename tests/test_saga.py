@@ -1,0 +1,119 @@
+"""The saga skeleton: journaled steps, resume after a crash, one status per artifact."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tombstone import Tombstone
+from tombstone.config import load_config
+from tombstone.saga import STEPS
+
+from conftest import FrozenClock, write_docs
+
+
+class Crash(BaseException):
+    """Stands in for the process dying: not an error the saga may catch."""
+
+
+def statuses(receipt):
+    return {a["artifact_id"]: (a["status"], a["level"], a["reason"]) for a in receipt["artifacts"]}
+
+
+@pytest.mark.parametrize("crash_in", ["suppress", "reclaim", "probe_logical", "probe_physical"])
+def test_crash_then_resume_equals_clean_run(tomb, tmp_path, crash_in):
+    write_docs(tomb, "alice", 3)
+    write_docs(tomb, "bob", 2)
+    tomb.close()
+    clean_root = tmp_path / "clean"
+    shutil.copytree(tomb.config.root, clean_root)
+
+    crashed = Tombstone(tomb.config, clock=FrozenClock())
+    adapter = crashed.adapter("docs")
+    real = getattr(adapter, crash_in)
+
+    def dies_after(arts):
+        real(arts)  # the action happened; the process dies before the journal says so
+        raise Crash()
+
+    setattr(adapter, crash_in, dies_after)
+    with pytest.raises(Crash):
+        crashed.erase("alice")
+    saga = crashed.lineage.sagas("running")
+    assert len(saga) == 1
+    crashed.close()
+
+    with Tombstone.open(tomb.config.path) as resumed:
+        [(receipt, path)] = resumed.resume()
+        assert resumed.lineage.sagas("running") == []
+        assert receipt["saga_id"] == saga[0]["saga_id"]
+    with Tombstone(load_config(clean_root / "tombstone.toml"), clock=FrozenClock()) as clean:
+        clean_receipt, _ = clean.erase("alice")
+    assert statuses(receipt) == statuses(clean_receipt)
+    assert {s for s, _, _ in statuses(receipt).values()} == {"VERIFIED"}
+
+
+def test_journal_records_every_step_once(tomb):
+    write_docs(tomb, "alice", 2)
+    receipt, _ = tomb.erase("alice")
+    entries = tomb.lineage.journal_entries(receipt["saga_id"])
+    steps = [(e["step"], e["target"], e["phase"]) for e in entries]
+    for step in STEPS[:-1]:
+        assert steps.count((step, "docs", "begin")) == 1
+        assert steps.count((step, "docs", "end")) == 1
+        assert steps.index((step, "docs", "begin")) < steps.index((step, "docs", "end"))
+
+
+def test_erase_while_running_continues_the_same_saga(tomb):
+    write_docs(tomb, "alice", 1)
+    adapter = tomb.adapter("docs")
+    real = adapter.reclaim
+
+    def dies(arts):
+        raise Crash()
+
+    adapter.reclaim = dies
+    with pytest.raises(Crash):
+        tomb.erase("alice")
+    [running] = tomb.lineage.sagas("running")
+    adapter.reclaim = real
+    receipt, _ = tomb.erase("alice")
+    assert receipt["saga_id"] == running["saga_id"]
+    assert len(tomb.lineage.sagas()) == 1
+
+
+def test_suppression_recorded_before_anything_else(tomb):
+    """Nothing gets a status without a durable suppression record (written before the store is touched)."""
+    ids = write_docs(tomb, "alice", 2)
+    adapter = tomb.adapter("docs")
+
+    def check_then_fail(arts):
+        assert all(tomb.lineage.is_suppressed("docs", a.artifact_id) for a in arts)
+        raise Crash()
+
+    adapter.suppress = check_then_fail
+    with pytest.raises(Crash):
+        tomb.erase("alice")
+    assert all(tomb.lineage.is_suppressed("docs", i) for i in ids)
+
+
+def test_unconfigured_store_is_unverified_no_adapter(tomb):
+    from tombstone.lineage.db import ArtifactRecord
+
+    tomb.lineage.record_artifacts("alice", [ArtifactRecord("ghost", "g1", "chroma", "vector")])
+    write_docs(tomb, "alice", 1)
+    receipt, _ = tomb.erase("alice")
+    by_store = {a["store"]: a for a in receipt["artifacts"]}
+    assert by_store["ghost"]["status"] == "UNVERIFIED"
+    assert by_store["ghost"]["reason"].startswith("no adapter")
+    assert by_store["docs"]["status"] == "VERIFIED"
+
+
+def test_probes_purged_for_verified(tomb):
+    import numpy as np
+
+    ids = write_docs(tomb, "alice", 1)
+    tomb.lineage.record_artifacts("alice", [], probes=[("docs", ids[0], "a" * 64, np.ones(4))])
+    tomb.erase("alice")
+    assert tomb.lineage.probes_for("docs", ids[0]) == []
