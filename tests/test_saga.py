@@ -33,8 +33,8 @@ def test_crash_then_resume_equals_clean_run(tomb, tmp_path, crash_in):
     adapter = crashed.adapter("docs")
     real = getattr(adapter, crash_in)
 
-    def dies_after(arts):
-        real(arts)  # the action happened; the process dies before the journal says so
+    def dies_after(*args):
+        real(*args)  # the action happened; the process dies before the journal says so
         raise Crash()
 
     setattr(adapter, crash_in, dies_after)

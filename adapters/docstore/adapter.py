@@ -57,7 +57,7 @@ class DocstoreAdapter(Adapter):
             "file_bytes_after": self.docs.path.stat().st_size,
         }
 
-    def probe_logical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
+    def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         ids = self._ids(artifacts)
         listed = {d.id for d in self.docs.all()}
         batch = {d.id for d in self.docs.get_many(ids)}

@@ -113,8 +113,16 @@ class Adapter(abc.ABC):
         """
 
     @abc.abstractmethod
-    def probe_logical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
-        """Ask every query path the wrapper knows whether it still returns each artifact."""
+    def probe_logical(
+        self,
+        artifacts: Sequence[ArtifactRecord],
+        probe_vectors: Mapping[str, Sequence[Any]] | None = None,
+    ) -> dict[str, ProbeResult]:
+        """Ask every query path the wrapper knows whether it still returns each artifact.
+
+        ``probe_vectors`` maps artifact ids to the fragment embeddings captured at write time
+        (vector stores query with them; an independent verifier has none and passes ``None``).
+        """
 
     @abc.abstractmethod
     def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
@@ -154,7 +162,12 @@ class Adapter(abc.ABC):
         results = {}
         for art in artifacts:
             id_hits = report.found(f"id\x00{art.artifact_id}")
-            content_hits = report.found(f"content\x00{art.artifact_id}")
+            content_hits = [
+                hit
+                for kind in self.physical_patterns(art)
+                if kind.startswith("content")
+                for hit in report.found(f"{kind}\x00{art.artifact_id}")
+            ]
             found = []
             if id_hits:
                 found.append(f"id found {len(id_hits)}x in {_names(id_hits)}")

@@ -58,6 +58,8 @@ class ArtifactRecord:
     """When the wrapper recorded it."""
     state: str = "live"
     """live, suppressed, reclaimed or decided."""
+    inv_norm: float | None = None
+    """1 / L2 norm of the full vector (float32), for stores that persist normalised vectors."""
 
     def __post_init__(self) -> None:
         if not self.artifact_id or not isinstance(self.artifact_id, str):
@@ -200,11 +202,12 @@ class LineageDB:
                 fp = fingerprint_bytes(art.fingerprint) if art.fingerprint is not None else None
                 conn.execute(
                     "INSERT INTO artifacts (store, artifact_id, backend, kind, subject_key, fingerprint,"
-                    " content_hash, created_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'live')"
+                    " content_hash, created_at, state, inv_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'live', ?)"
                     " ON CONFLICT (store, artifact_id) DO UPDATE SET backend = excluded.backend,"
                     " kind = excluded.kind, fingerprint = excluded.fingerprint,"
-                    " content_hash = excluded.content_hash, state = 'live'",
-                    (art.store, art.artifact_id, art.backend, art.kind, key, fp, art.content_hash, now),
+                    " content_hash = excluded.content_hash, state = 'live', inv_norm = excluded.inv_norm",
+                    (art.store, art.artifact_id, art.backend, art.kind, key, fp, art.content_hash, now,
+                     art.inv_norm),
                 )
             conn.executemany(
                 "INSERT OR REPLACE INTO probes VALUES (?, ?, ?, ?)",
@@ -230,6 +233,7 @@ class LineageDB:
             content_hash=row["content_hash"],
             created_at=row["created_at"],
             state=row["state"],
+            inv_norm=row["inv_norm"],
         )
 
     def artifacts_for(self, subject_key: str) -> list[ArtifactRecord]:
@@ -253,6 +257,10 @@ class LineageDB:
             (artifact.content_hash, artifact.subject_key),
         )
         return [self._artifact(row) for row in rows]
+
+    def probe_vectors(self, artifacts: Iterable[ArtifactRecord]) -> dict[str, list[np.ndarray]]:
+        """Probe vectors of each artifact, keyed by artifact id."""
+        return {a.artifact_id: [v for _, v in self.probes_for(a.store, a.artifact_id)] for a in artifacts}
 
     def count_artifacts(self) -> dict[str, int]:
         return dict(self._conn.execute("SELECT state, count(*) FROM artifacts GROUP BY state").fetchall())

@@ -83,4 +83,12 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         """,
     ),
+    (
+        2,
+        "vector norm for the normalised fingerprint",
+        """
+        -- 1 / L2 norm of the full vector, as float32 (hnswlib's cosine space stores v * inv_norm).
+        ALTER TABLE artifacts ADD COLUMN inv_norm REAL;
+        """,
+    ),
 )

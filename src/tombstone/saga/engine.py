@@ -138,12 +138,15 @@ class Saga:
         adapter = self.tomb.adapter(store)
         if not adapter.has(Capability.RECLAIM):
             return {"skipped": f"{adapter.backend} has no reclaim recipe"}
+        # Evidence only (counts move; decisions rest on the id): how many live artifacts of other
+        # subjects share each erased artifact's content before anything is reclaimed.
+        duplicates = {a.artifact_id: n for a in arts if (n := len(self.lineage.live_sharing_content(a)))}
         try:
             evidence = adapter.reclaim(arts)
         except TombstoneError as exc:
-            return {"error": str(exc)}
+            return {"error": str(exc), "duplicates_before_reclaim": duplicates}
         self.lineage.set_state(arts, "reclaimed")
-        return {"evidence": evidence}
+        return {"evidence": evidence, "duplicates_before_reclaim": duplicates}
 
     def _verify(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
         suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
@@ -156,7 +159,7 @@ class Saga:
         if not (error or no_adapter):
             try:
                 adapter = self.tomb.adapter(store)
-                logical = adapter.probe_logical(arts)
+                logical = adapter.probe_logical(arts, self.lineage.probe_vectors(arts))
                 try:
                     physical = adapter.probe_physical(arts)
                 except PhysicalUnsupportedError as exc:

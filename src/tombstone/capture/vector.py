@@ -1,0 +1,96 @@
+"""Capture for every vector backend: one embedding call, fingerprints, probe vectors, lineage rows."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tombstone.capture.fragments import probe_queries, query_sha256
+from tombstone.lineage.db import ArtifactRecord, fingerprint_of
+
+Embedder = Callable[[list[str]], "np.ndarray | Sequence[Sequence[float]]"]
+
+
+def hnsw_inv_norm(vector: np.ndarray) -> float:
+    """``1 / (sqrt(sum of squares) + 1e-30)`` in float32, summed in order — exactly what hnswlib's
+    cosine space multiplies each component by before it stores a vector."""
+    v = np.asarray(vector, dtype=np.float32)
+    total = np.cumsum(v * v, dtype=np.float32)[-1]
+    return float(np.float32(1.0) / (np.sqrt(total, dtype=np.float32) + np.float32(1e-30)))
+
+
+def normalised_fingerprint(fingerprint: Sequence[float], inv_norm: float) -> tuple[float, ...]:
+    """The fingerprint as a cosine-space HNSW index stores it (bit-exact with hnswlib)."""
+    fp = np.asarray(fingerprint, dtype=np.float32)
+    return tuple(float(x) for x in (fp * np.float32(inv_norm)).astype(np.float32))
+
+
+def content_hash(document: str | None, vector: np.ndarray) -> str:
+    data = document.encode("utf-8") if document is not None else np.asarray(vector, dtype="<f4").tobytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class VectorCapture:
+    """What a vector wrapper records for one write."""
+
+    vectors: np.ndarray
+    """The chunks' own vectors, float32 (n, dim), in input order."""
+    records: list[ArtifactRecord]
+    """Lineage rows, one per chunk."""
+    probes: list[tuple[str, str, str, np.ndarray]]
+    """(store, artifact id, sha256 of the probe query, vector) rows."""
+
+
+def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    try:
+        out = embedder(texts)
+    except TypeError:
+        out = embedder(input=texts)  # chromadb EmbeddingFunction convention
+    return np.asarray(out, dtype=np.float32)
+
+
+def capture_vectors(
+    embedder: Embedder,
+    *,
+    store: str,
+    backend: str,
+    ids: Sequence[str],
+    documents: Sequence[str | None] | None,
+    embeddings: np.ndarray | Sequence[Sequence[float]] | None = None,
+) -> VectorCapture:
+    """Embed chunks (unless given) and their probe fragments in one call; build lineage rows.
+
+    Each chunk with text gets up to three probe queries: its first, middle and last eight words.
+    """
+    n = len(ids)
+    docs = list(documents) if documents is not None else [None] * n
+    if len(docs) != n:
+        raise ValueError("ids and documents differ in length")
+    fragments: list[tuple[int, str]] = [(i, q) for i, d in enumerate(docs) if d for q in probe_queries(d)]
+    texts = [] if embeddings is not None else [d or "" for d in docs]
+    out = embed(embedder, texts + [q for _, q in fragments])
+    if embeddings is not None:
+        vectors = np.asarray(embeddings, dtype=np.float32).reshape(n, -1)
+        probe_vecs = out
+    else:
+        vectors, probe_vecs = out[:n], out[n:]
+    records = [
+        ArtifactRecord(
+            store=store,
+            artifact_id=str(ids[i]),
+            backend=backend,
+            kind="vector",
+            fingerprint=fingerprint_of(vectors[i]),
+            content_hash=content_hash(docs[i], vectors[i]),
+            inv_norm=hnsw_inv_norm(vectors[i]),
+        )
+        for i in range(n)
+    ]
+    probes = [(store, str(ids[i]), query_sha256(q), probe_vecs[k]) for k, (i, q) in enumerate(fragments)]
+    return VectorCapture(vectors=vectors, records=records, probes=probes)

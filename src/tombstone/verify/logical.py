@@ -1,0 +1,50 @@
+"""Shared pieces of the logical probe for vector stores: probe vectors and MMR."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+TOP_K = 40
+MMR_K = 10
+MMR_LAMBDA = 0.5
+
+
+def padded_fingerprint(fingerprint: Sequence[float], dim: int) -> np.ndarray:
+    """The 32-dim fingerprint padded with zeros to the store's dimension: a weak but free probe."""
+    out = np.zeros(dim, dtype=np.float32)
+    fp = np.asarray(fingerprint, dtype=np.float32)[:dim]
+    out[: len(fp)] = fp
+    return out
+
+
+def probe_set(fingerprint: Sequence[float] | None, probe_vectors: Sequence[np.ndarray], dim: int) -> list[tuple[str, np.ndarray]]:
+    """Every vector the logical probe queries with, labelled for the evidence."""
+    out = [(f"fragment{i + 1}", np.asarray(v, dtype=np.float32)) for i, v in enumerate(probe_vectors)]
+    if fingerprint is not None:
+        out.append(("padded_fingerprint", padded_fingerprint(fingerprint, dim)))
+    return out
+
+
+def mmr_select(query: np.ndarray, candidates: np.ndarray, k: int = MMR_K, lambda_: float = MMR_LAMBDA) -> list[int]:
+    """Maximal marginal relevance over ``candidates`` (rows); returns the chosen row indices in order."""
+    if len(candidates) == 0:
+        return []
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        norms = np.linalg.norm(x, axis=-1, keepdims=True)
+        return x / np.where(norms == 0, 1, norms)
+
+    cand = unit(np.asarray(candidates, dtype=np.float64))
+    relevance = cand @ unit(np.asarray(query, dtype=np.float64))
+    chosen: list[int] = []
+    while len(chosen) < min(k, len(cand)):
+        if chosen:
+            redundancy = (cand @ cand[chosen].T).max(axis=1)
+        else:
+            redundancy = np.zeros(len(cand))
+        score = lambda_ * relevance - (1 - lambda_) * redundancy
+        score[chosen] = -np.inf
+        chosen.append(int(np.argmax(score)))
+    return chosen
