@@ -216,7 +216,7 @@ def test_unknown_backend_is_a_clear_error():
     from tombstone.contract import adapter_class
     from tombstone.errors import AdapterNotFoundError
 
-    with pytest.raises(AdapterNotFoundError, match=r"pip install 'tombstone-rag\[chroma\]'"):
-        adapter_class("chroma")
+    with pytest.raises(AdapterNotFoundError, match=r"pip install 'tombstone-rag\[qdrant\]'"):
+        adapter_class("qdrant")
     with pytest.raises(AdapterNotFoundError, match="no adapter installed"):
         adapter_class("nosuch")

@@ -33,7 +33,10 @@ class TestDocstoreConformance(AdapterConformance):
         def survivors():
             return {d.id: (d.text, d.metadata) for d in adapter.docs.all()}
 
-        return ConformanceEnv(adapter=adapter, write=write, survivors=survivors)
+        def visible(ids):
+            return {d.id for d in adapter.docs.get_many(ids)} | {d.id for d in adapter.docs.all() if d.id in ids}
+
+        return ConformanceEnv(adapter=adapter, write=write, survivors=survivors, visible=visible)
 
 
 def test_every_read_path_hides_suppressed(tomb):

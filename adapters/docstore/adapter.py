@@ -61,9 +61,11 @@ class DocstoreAdapter(Adapter):
         ids = self._ids(artifacts)
         listed = {d.id for d in self.docs.all()}
         batch = {d.id for d in self.docs.get_many(ids)}
+        raw = self.docs.present_ids(ids)
         results = {}
         for art in artifacts:
             paths = {
+                "raw select": art.artifact_id in raw,
                 "get": self.docs.get(art.artifact_id) is not None,
                 "get_many": art.artifact_id in batch,
                 "all": art.artifact_id in listed,

@@ -171,6 +171,14 @@ class DocStore:
 
     # -- used by the adapter ------------------------------------------------------------------
 
+    def present_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which ids have a row at all, suppressed or not (what raw SQL would return)."""
+        ids = list(ids)
+        if not ids:
+            return set()
+        rows = self._conn.execute(f"SELECT id FROM documents WHERE id IN ({','.join('?' * len(ids))})", ids)
+        return {row[0] for row in rows}
+
     def _execute_many(self, sql: str, ids: Sequence[str]) -> int:
         try:
             self._conn.execute("BEGIN IMMEDIATE")

@@ -175,12 +175,15 @@ class Saga:
             duplicate = None
             if pp is not None:
                 physical_passed = pp.passed
-                if pp.content_found and not pp.id_found:
-                    sharing = self.lineage.live_sharing_content(art)
-                    if sharing:
-                        # Identical bytes owned by a live survivor: no scan can tell them apart,
-                        # and the survivor must not be deleted.
-                        physical_passed, duplicate = True, f"{len(sharing)} live artifact(s) of other subjects hold the same bytes"
+                sharing = self.lineage.live_sharing_content(art) if not pp.id_found else []
+                if sharing:
+                    # The id is gone, but a live artifact of another subject has the same content:
+                    # its bytes are that survivor's (no scan can tell identical bytes apart, and a
+                    # store may re-encode them), and the survivor must not be deleted. Decided on
+                    # the lineage graph, which a resume does not change.
+                    physical_passed = True
+                    duplicate = (f"{len(sharing)} live artifact(s) of other subjects hold the same content"
+                                 f"{' (bytes found)' if pp.content_found else ''}")
             findings = Findings(
                 artifact_id=art.artifact_id,
                 suppressed=self.lineage.is_suppressed(art.store, art.artifact_id),

@@ -1,0 +1,19 @@
+"""Chroma's exceptions, mapped to Tombstone's at the adapter boundary."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from tombstone.errors import StoreUnavailableError
+
+
+@contextlib.contextmanager
+def mapped(store: str) -> Iterator[None]:
+    import chromadb.errors
+
+    try:
+        yield
+    except chromadb.errors.ChromaError as exc:
+        raise StoreUnavailableError(f"chroma: {exc}", store=store,
+                                    retryable=not isinstance(exc, chromadb.errors.NotFoundError)) from exc

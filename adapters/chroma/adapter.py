@@ -1,0 +1,347 @@
+"""Adapter for embedded Chroma (``PersistentClient``): flag + filter, rewrite-based reclaim, byte scan."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import struct
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import numpy as np
+
+from tombstone.capture.vector import normalised_fingerprint
+from tombstone.contract import Adapter, Capability, ProbeResult
+from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
+from tombstone.verify.levels import Level
+from tombstone.verify.logical import TOP_K, mmr_select, probe_set
+
+from ._errors import mapped
+from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneCollection
+
+REWRITE_SUFFIX = "-tombstone-rewrite"
+_UUID_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_PAGE = 1000
+
+
+def hnsw_header(segment_dir: Path) -> dict[str, int] | None:
+    """Parse Chroma's ``header.bin`` (hnswlib's index header preceded by a u32 version)."""
+    try:
+        raw = (segment_dir / "header.bin").read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(raw) < 52:
+        return None
+    _version, = struct.unpack_from("<I", raw, 0)
+    _offset_level0, max_elements, cur_count, size_per_element, _label_offset, offset_data = struct.unpack_from("<6Q", raw, 4)
+    return {"max_elements": max_elements, "cur_element_count": cur_count,
+            "size_data_per_element": size_per_element, "offset_data": offset_data}
+
+
+def zero_past(path: Path, keep: int) -> int:
+    """Overwrite every byte of ``path`` after the first ``keep`` with zeros; return how many."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size <= keep:
+        return 0
+    with open(path, "r+b") as fh:
+        fh.seek(keep)
+        remaining = size - keep
+        block = b"\x00" * (1 << 20)
+        while remaining:
+            n = min(remaining, len(block))
+            fh.write(block[:n])
+            remaining -= n
+        fh.flush()
+        os.fsync(fh.fileno())
+    return size - keep
+
+
+class ChromaAdapter(Adapter):
+    """Options: ``path`` (the persist directory) and ``collection`` (its name)."""
+
+    backend = BACKEND
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
+    levels = (Level.LOGICAL, Level.PHYSICAL)
+
+    def __init__(self, store: str, options: Mapping[str, Any]) -> None:
+        super().__init__(store, options)
+        if "path" not in options or "collection" not in options:
+            raise ConfigError(f"store {store!r}: the chroma backend needs path = \"...\" and collection = \"...\"")
+        self.path = Path(options["path"])
+        self.name = str(options["collection"])
+        if not (self.path / "chroma.sqlite3").is_file():
+            raise StoreUnavailableError(f"no Chroma persist directory at {self.path}", store=store, retryable=False)
+        with mapped(store):
+            self.client = chromadb.PersistentClient(path=str(self.path))
+        self._col = None
+        self.collection()  # fail now, with one line, if the collection is missing
+
+    # -- the collection, including one left mid-rewrite ---------------------------------------
+
+    def _get(self, name: str):
+        import chromadb.errors
+
+        try:
+            return self.client.get_collection(name)
+        except chromadb.errors.NotFoundError:
+            return None
+
+    def collection(self):
+        with mapped(self.store):
+            col = self._get(self.name)
+            if col is None:
+                rewrite = self._get(self.name + REWRITE_SUFFIX)
+                if rewrite is None:
+                    raise StoreUnavailableError(f"no collection {self.name!r} in {self.path}", store=self.store,
+                                                retryable=False)
+                # Killed after the original was dropped: the rewrite is complete (it is only
+                # dropped once the copy was checked), so finishing means renaming it.
+                rewrite.modify(name=self.name)
+                col = rewrite
+        self._col = col
+        return col
+
+    def view(self) -> TombstoneCollection:
+        """The wrapper's read paths over this collection (no capture)."""
+        return TombstoneCollection(self.collection(), lineage=None, store=self.store)
+
+    @staticmethod
+    def _ids(artifacts: Sequence[ArtifactRecord]) -> list[str]:
+        return [a.artifact_id for a in artifacts]
+
+    def _existing(self, ids: list[str]) -> list[str]:
+        col = self.collection()
+        found: list[str] = []
+        with mapped(self.store):
+            for start in range(0, len(ids), _PAGE):
+                found += col.get(ids=ids[start : start + _PAGE], include=[])["ids"]
+        return found
+
+    # -- suppress / delete --------------------------------------------------------------------
+
+    def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        present = self._existing(self._ids(artifacts))
+        col = self.collection()
+        with mapped(self.store):
+            for start in range(0, len(present), _PAGE):
+                batch = present[start : start + _PAGE]
+                col.update(ids=batch, metadatas=[{SUPPRESSED: True} for _ in batch])
+        return {"mechanism": f"metadata {SUPPRESSED}=true + filter on every wrapper query path",
+                "records_flagged": len(present)}
+
+    def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
+        present = self._existing(self._ids(artifacts))
+        with mapped(self.store):
+            if present:
+                self.collection().delete(ids=present)
+
+    # -- reclaim ------------------------------------------------------------------------------
+
+    def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        present = self._existing(self._ids(artifacts))
+        with mapped(self.store):
+            if present:
+                self.collection().delete(ids=present)
+            rewrite = self._rewrite()
+        return {
+            "steps": ["delete", "rewrite from survivors", "zero HNSW slots past cur_element_count",
+                      "purge embeddings queue", "VACUUM", "remove orphan segment directories"],
+            "deleted": len(present),
+            "rewrite": rewrite,
+            "hnsw_bytes_zeroed": self._zero_hnsw_tails(),
+            "queue_rows_purged": self._purge_queue(),
+            "vacuum": self._vacuum(),
+            "orphan_segment_dirs_removed": self._remove_orphans(),
+        }
+
+    def _survivors(self, col) -> dict[str, Any]:
+        out: dict[str, list] = {"ids": [], "embeddings": [], "documents": [], "metadatas": []}
+        offset = 0
+        while True:
+            page = col.get(include=["embeddings", "documents", "metadatas"], limit=_PAGE, offset=offset)
+            if not page["ids"]:
+                break
+            out["ids"] += page["ids"]
+            out["embeddings"] += list(np.asarray(page["embeddings"], dtype=np.float32))
+            out["documents"] += list(page["documents"] or [None] * len(page["ids"]))
+            out["metadatas"] += list(page["metadatas"] or [None] * len(page["ids"]))
+            offset += len(page["ids"])
+        return out
+
+    def _rewrite(self) -> dict[str, Any]:
+        """Copy the survivors into a fresh collection (and so fresh segments), then swap names.
+
+        Crash-safe: the original is dropped only after the copy has been checked complete, and a
+        leftover copy from a killed attempt is discarded while the original still exists.
+        """
+        old = self.collection()
+        tmp_name = self.name + REWRITE_SUFFIX
+        if self._get(tmp_name) is not None:
+            self.client.delete_collection(tmp_name)
+        survivors = self._survivors(old)
+        kwargs: dict[str, Any] = {"embedding_function": None}
+        if old.metadata:
+            kwargs["metadata"] = dict(old.metadata)
+        else:
+            kwargs["configuration"] = old.configuration
+        fresh = self.client.create_collection(tmp_name, **kwargs)
+        batch = max(1, min(self.client.get_max_batch_size(), _PAGE))
+        ids = survivors["ids"]
+        for start in range(0, len(ids), batch):
+            end = start + batch
+            fresh.add(
+                ids=ids[start:end],
+                embeddings=np.asarray(survivors["embeddings"][start:end], dtype=np.float32),
+                documents=survivors["documents"][start:end],
+                metadatas=survivors["metadatas"][start:end],
+            )
+        if fresh.count() != len(ids) or set(self._survivors(fresh)["ids"]) != set(ids):
+            raise StoreUnavailableError("chroma rewrite is incomplete; the original collection was kept",
+                                        store=self.store)
+        old_id = str(old.id)
+        self.client.delete_collection(self.name)  # the copy is complete: nothing is lost from here on
+        fresh.modify(name=self.name)
+        self._col = fresh
+        return {"survivors": len(ids), "old_collection_id": old_id, "new_collection_id": str(fresh.id)}
+
+    def _db(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path / "chroma.sqlite3", timeout=30, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def _segments(self) -> dict[str, str]:
+        conn = self._db()
+        try:
+            return dict(conn.execute("SELECT id, scope FROM segments").fetchall())
+        finally:
+            conn.close()
+
+    def _zero_hnsw_tails(self) -> dict[str, int]:
+        """hnswlib allocates room for max_elements and Chroma may persist the whole buffer; the slots
+        past cur_element_count were never written by the index and can hold stale heap memory."""
+        zeroed = {}
+        for seg, scope in self._segments().items():
+            directory = self.path / seg
+            header = hnsw_header(directory) if scope == "VECTOR" else None
+            if header is None:
+                continue
+            cur = header["cur_element_count"]
+            n = zero_past(directory / "data_level0.bin", cur * header["size_data_per_element"])
+            n += zero_past(directory / "length.bin", cur * 4)
+            zeroed[seg] = n
+        return zeroed
+
+    def _purge_queue(self) -> int:
+        """Drop embeddings-queue rows of collections that no longer exist (the rewritten original's ADD
+        rows keep documents and vectors). Rows of live collections may not be applied yet: kept."""
+        conn = self._db()
+        try:
+            live = {row[0] for row in conn.execute("SELECT id FROM collections")}
+            topics = [row[0] for row in conn.execute("SELECT DISTINCT topic FROM embeddings_queue")]
+            dead = [t for t in topics if t.rsplit("/", 1)[-1] not in live]
+            purged = 0
+            for topic in dead:
+                purged += conn.execute("DELETE FROM embeddings_queue WHERE topic = ?", (topic,)).rowcount
+            return purged
+        finally:
+            conn.close()
+
+    def _vacuum(self) -> dict[str, Any]:
+        conn = self._db()
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return {"journal_mode": mode, "secure_delete": bool(conn.execute("PRAGMA secure_delete").fetchone()[0])}
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailableError(f"VACUUM of chroma.sqlite3 failed: {exc}", store=self.store) from exc
+        finally:
+            conn.close()
+
+    def _remove_orphans(self) -> list[str]:
+        live = set(self._segments())
+        removed = []
+        for child in sorted(self.path.iterdir()):
+            if child.is_dir() and _UUID_DIR.match(child.name) and child.name not in live:
+                shutil.rmtree(child)
+                removed.append(child.name)
+        return removed
+
+    # -- probes -------------------------------------------------------------------------------
+
+    def _space(self) -> str:
+        col = self.collection()
+        meta = col.metadata or {}
+        if "hnsw:space" in meta:
+            return str(meta["hnsw:space"])
+        return str(((col.configuration or {}).get("hnsw") or {}).get("space") or "l2")
+
+    def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
+        col = self.collection()
+        view = TombstoneCollection(col, lineage=None, store=self.store)
+        probe_vectors = probe_vectors or {}
+        with mapped(self.store):
+            count = col.count()
+            sample = col.get(limit=1, include=["embeddings"]) if count else None
+            dim = len(sample["embeddings"][0]) if sample and len(sample["ids"]) else None
+            results = {}
+            for art in artifacts:
+                aid = art.artifact_id
+                paths: dict[str, bool] = {
+                    "raw.get(ids)": aid in col.get(ids=[aid], include=[])["ids"],
+                    "raw.get(where id)": aid in col.get(where={ID_KEY: aid}, include=[])["ids"],
+                    "wrapper.get(ids)": aid in view.get(ids=[aid], include=[])["ids"],
+                    "wrapper.get(where id)": aid in view.get(where={ID_KEY: aid}, include=[])["ids"],
+                    "wrapper.peek": aid in view.peek(limit=TOP_K)["ids"],
+                }
+                queries = probe_set(art.fingerprint, probe_vectors.get(aid, []), dim) if dim else []
+                if queries:
+                    vecs = np.stack([v[:dim] if len(v) >= dim else np.pad(v, (0, dim - len(v))) for _, v in queries])
+                    k = min(TOP_K, count)
+                    raw = col.query(query_embeddings=vecs, n_results=k, include=["embeddings"])
+                    wrapped = view.query(query_embeddings=vecs, n_results=k, include=["embeddings"])
+                    for q, (label, vec) in enumerate(queries):
+                        for name, res in (("raw", raw), ("wrapper", wrapped)):
+                            ids = list(res["ids"][q])
+                            paths[f"{name}.top{TOP_K}({label})"] = aid in ids
+                            emb = res["embeddings"][q] if res.get("embeddings") is not None else []
+                            chosen = mmr_select(vec, np.asarray(emb)) if len(ids) else []
+                            paths[f"{name}.mmr({label})"] = aid in [ids[i] for i in chosen]
+                returned = sorted(p for p, hit in paths.items() if hit)
+                results[aid] = ProbeResult(
+                    level=Level.LOGICAL,
+                    passed=not returned,
+                    measurement=f"returned by {', '.join(returned)}" if returned else None,
+                    evidence={"paths": sorted(paths), "returned_by": returned,
+                              "probe_vectors": len(queries), "collection_count": count},
+                )
+        return results
+
+    def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
+        patterns = super().physical_patterns(artifact)
+        if artifact.fingerprint is not None and artifact.inv_norm is not None and self._space() == "cosine":
+            # hnswlib's cosine space stores v / |v|: the raw bytes alone would miss the index copy.
+            patterns["content_normalised"] = fingerprint_bytes(normalised_fingerprint(artifact.fingerprint, artifact.inv_norm))
+        return patterns
+
+    def physical_files(self) -> list[Path]:
+        if not os.access(self.path, os.R_OK | os.X_OK):
+            raise PhysicalUnsupportedError(f"persist directory {self.path} is not readable: logical level only",
+                                           store=self.store)
+        files = [self.path / f"chroma.sqlite3{suffix}" for suffix in ("", "-wal", "-shm", "-journal")]
+        for child in sorted(self.path.iterdir()):
+            if child.is_dir():
+                files += sorted(p for p in child.rglob("*") if p.is_file())
+        return files
+
+    def close(self) -> None:
+        self._col = None

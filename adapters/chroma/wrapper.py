@@ -1,0 +1,187 @@
+"""The Chroma collection wrapper apps write and read through.
+
+Same calls as a chromadb ``Collection`` (add, upsert, update, query, get, peek, count, delete), plus a
+``subject=`` on writes. Writes record lineage and probe vectors; every read path merges a filter on
+the suppression flag into the caller's ``where`` and post-filters the results as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.lineage.db import LineageDB
+
+from ._errors import mapped
+
+BACKEND = "chroma"
+SUPPRESSED = "tombstone_suppressed"
+"""Metadata flag set on suppressed records."""
+ID_KEY = "tombstone_id"
+"""Metadata copy of the artifact id, so a metadata filter on the id is a query path too."""
+VISIBLE: dict[str, Any] = {SUPPRESSED: {"$ne": True}}
+_QUERY_INCLUDE = ["metadatas", "documents", "distances"]
+_GET_INCLUDE = ["metadatas", "documents"]
+
+
+def merge_where(where: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The caller's filter AND not-suppressed (records written without the flag stay visible)."""
+    if not where:
+        return dict(VISIBLE)
+    return {"$and": [dict(where), dict(VISIBLE)]}
+
+
+def _visible(metadata: Mapping[str, Any] | None) -> bool:
+    return not (metadata or {}).get(SUPPRESSED)
+
+
+def _keep(values: Any, keep: list[int]) -> Any:
+    if values is None:
+        return None
+    if isinstance(values, np.ndarray):
+        return values[keep]
+    return [values[i] for i in keep]
+
+
+def _filter_flat(result: dict[str, Any], strip_metadata: bool) -> dict[str, Any]:
+    keep = [i for i, m in enumerate(result.get("metadatas") or [None] * len(result["ids"])) if _visible(m)]
+    out = dict(result)
+    for key in ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data"):
+        if out.get(key) is not None:
+            out[key] = _keep(out[key], keep)
+    if strip_metadata:
+        out["metadatas"] = None
+    return out
+
+
+def _filter_nested(result: dict[str, Any], strip_metadata: bool) -> dict[str, Any]:
+    out = dict(result)
+    rows = len(result["ids"])
+    for key in ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data"):
+        if out.get(key) is not None:
+            out[key] = list(out[key])
+    for r in range(rows):
+        metas = result["metadatas"][r] if result.get("metadatas") is not None else [None] * len(result["ids"][r])
+        keep = [i for i, m in enumerate(metas) if _visible(m)]
+        for key in ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data"):
+            if out.get(key) is not None and out[key][r] is not None:
+                out[key][r] = _keep(out[key][r], keep)
+    if strip_metadata:
+        out["metadatas"] = None
+    return out
+
+
+class TombstoneCollection:
+    """A chromadb collection, wrapped. ``lineage=None`` gives a read-only view (no capture)."""
+
+    def __init__(self, collection: Any, *, lineage: LineageDB | None, store: str, embedder: Embedder | None = None) -> None:
+        self._collection = collection
+        self.lineage = lineage
+        self.store = store
+        self.embedder = embedder
+
+    @property
+    def name(self) -> str:
+        return self._collection.name
+
+    @property
+    def collection(self) -> Any:
+        """The underlying collection, re-resolved by name if a reclaim rewrote it."""
+        return self._collection
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        import chromadb.errors
+
+        try:
+            with mapped(self.store):
+                return getattr(self._collection, method)(**kwargs)
+        except Exception as exc:
+            if not isinstance(exc.__cause__, chromadb.errors.NotFoundError):
+                raise
+        # A reclaim replaced the collection with a rewritten one of the same name.
+        with mapped(self.store):
+            self._collection = self._collection._client.get_collection(self.name)
+            return getattr(self._collection, method)(**kwargs)
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def _capture(self, ids: Sequence[str], documents, embeddings, subject) -> np.ndarray:
+        if self.lineage is None or self.embedder is None:
+            raise ValueError("this wrapper was opened read-only (no lineage db or embedder)")
+        ids = [str(i) for i in ids]
+        subjects = [subject] * len(ids) if isinstance(subject, str) else list(subject)
+        if len(subjects) != len(ids):
+            raise ValueError("one subject, or one per id")
+        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
+                              documents=documents, embeddings=embeddings)
+        # Lineage first, all of it in one transaction: assume the store write will fail. A lineage
+        # row for a record that never landed is harmless; a record without lineage can't be erased.
+        with self.lineage.atomic():
+            for who in dict.fromkeys(subjects):
+                mine = {i for i, s in zip(ids, subjects) if s == who}
+                self.lineage.record_artifacts(
+                    who,
+                    [r for r in cap.records if r.artifact_id in mine],
+                    probes=[p for p in cap.probes if p[1] in mine],
+                )
+        return cap.vectors
+
+    @staticmethod
+    def _flagged(ids: Sequence[str], metadatas) -> list[dict[str, Any]]:
+        metas = list(metadatas) if metadatas is not None else [None] * len(ids)
+        return [{**(m or {}), SUPPRESSED: False, ID_KEY: str(i)} for i, m in zip(ids, metas)]
+
+    def add(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, **kwargs) -> None:
+        vectors = self._capture(ids, documents, embeddings, subject)
+        self._call("add", ids=list(ids), embeddings=vectors, documents=documents,
+                   metadatas=self._flagged(ids, metadatas), **kwargs)
+
+    def upsert(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, **kwargs) -> None:
+        vectors = self._capture(ids, documents, embeddings, subject)
+        self._call("upsert", ids=list(ids), embeddings=vectors, documents=documents,
+                   metadatas=self._flagged(ids, metadatas), **kwargs)
+
+    def update(self, ids, documents=None, metadatas=None, embeddings=None, *, subject=None, **kwargs) -> None:
+        """Update records; new documents are re-captured (pass ``subject``), the flag is kept."""
+        if documents is not None or embeddings is not None:
+            if subject is None:
+                raise ValueError("updating content needs subject= so lineage follows it")
+            embeddings = self._capture(ids, documents, embeddings, subject)
+        if metadatas is not None:
+            metadatas = [{k: v for k, v in (m or {}).items() if k not in (SUPPRESSED, ID_KEY)} for m in metadatas]
+        self._call("update", ids=list(ids), documents=documents, metadatas=metadatas, embeddings=embeddings, **kwargs)
+
+    def delete(self, ids=None, where=None, **kwargs) -> None:
+        """The store's own delete (not an erasure: bytes stay behind; use ``tombstone erase``)."""
+        self._call("delete", ids=ids, where=where, **kwargs)
+
+    # -- reads (every one hides suppressed records) -------------------------------------------
+
+    def query(self, query_embeddings=None, query_texts=None, n_results: int = 10, where=None,
+              where_document=None, include=None, **kwargs) -> dict[str, Any]:
+        if query_texts is not None:
+            if self.embedder is None:
+                raise ValueError("query_texts needs an embedder")
+            query_embeddings = embed(self.embedder, list(query_texts))
+        include = list(include) if include is not None else list(_QUERY_INCLUDE)
+        result = self._call("query", query_embeddings=query_embeddings, n_results=n_results,
+                            where=merge_where(where), where_document=where_document,
+                            include=sorted(set(include) | {"metadatas"}), **kwargs)
+        return _filter_nested(result, "metadatas" not in include)
+
+    def get(self, ids=None, where=None, limit=None, offset=None, where_document=None, include=None,
+            **kwargs) -> dict[str, Any]:
+        include = list(include) if include is not None else list(_GET_INCLUDE)
+        result = self._call("get", ids=ids, where=merge_where(where), limit=limit, offset=offset,
+                            where_document=where_document, include=sorted(set(include) | {"metadatas"}),
+                            **kwargs)
+        return _filter_flat(result, "metadatas" not in include)
+
+    def peek(self, limit: int = 10) -> dict[str, Any]:
+        return self.get(limit=limit, include=["embeddings", "documents", "metadatas"])
+
+    def count(self) -> int:
+        return len(self.get(include=[])["ids"])

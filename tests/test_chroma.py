@@ -1,0 +1,334 @@
+"""Embedded Chroma against real persist directories: conformance, controls, reclaim recipe, end to end."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import chromadb
+import numpy as np
+import pytest
+
+from tombstone import Tombstone, init_deployment
+from tombstone.capture import HashingEmbedder
+from tombstone.capture.vector import normalised_fingerprint
+from tombstone.lineage.db import fingerprint_bytes
+from tombstone.testing import AdapterConformance, ConformanceEnv
+from tombstone_adapters.chroma import SUPPRESSED, TombstoneCollection
+from tombstone_adapters.chroma.adapter import ChromaAdapter, hnsw_header
+
+from conftest import FrozenClock
+
+DIM = 64
+# Low thresholds so Chroma really writes its HNSW segment files in small tests.
+COLLECTION_META = {"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20}
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma "
+         "tau upsilon phi chi psi omega").split()
+
+
+def text(seed: str, n: int = 30) -> str:
+    rng = np.random.default_rng(zlib.crc32(seed.encode()))
+    return f"{seed}: " + " ".join(rng.choice(WORDS, n))
+
+
+@pytest.fixture
+def chroma_deploy(tmp_path):
+    config = init_deployment(tmp_path / "deploy", {"vectors": {"backend": "chroma", "path": "stores/vectors",
+                                                                "collection": "docs"}})
+    path = Path(config.stores["vectors"].options["path"])
+    client = chromadb.PersistentClient(path=str(path))
+    client.create_collection("docs", metadata=COLLECTION_META, embedding_function=None)
+    return config
+
+
+@pytest.fixture
+def ctomb(chroma_deploy):
+    with Tombstone(chroma_deploy, clock=FrozenClock()) as t:
+        yield t
+
+
+def wrapper(tomb) -> TombstoneCollection:
+    path = tomb.config.stores["vectors"].options["path"]
+    col = chromadb.PersistentClient(path=path).get_collection("docs")
+    return TombstoneCollection(col, lineage=tomb.lineage, store="vectors", embedder=HashingEmbedder(DIM))
+
+
+def write(tomb, subject: str, n: int, *, start: int = 0, texts=None) -> list[str]:
+    ids = [f"{subject}-chunk-{start + i:05d}" for i in range(n)]
+    docs = texts or [text(f"{subject}-{start + i}") for i in range(n)]
+    wrapper(tomb).add(ids=ids, documents=docs, metadatas=[{"n": start + i} for i in range(n)], subject=subject)
+    return ids
+
+
+def store_dir(tomb) -> Path:
+    return Path(tomb.config.stores["vectors"].options["path"])
+
+
+def scan(directory: Path, pattern: bytes) -> list[str]:
+    """An independent byte scan: no Tombstone code."""
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file() and pattern in p.read_bytes())
+
+
+class Record:
+    """A survivor as Chroma returns it. Equal when ids, documents and metadata are identical and the
+    vectors agree to within 2 float32 ULPs per component: in cosine space Chroma re-normalises a vector
+    each time it indexes it, and normalising a unit vector again can move its last bit."""
+
+    def __init__(self, vector, document, metadata):
+        self.vector = np.asarray(vector, dtype=np.float32)
+        self.document, self.metadata = document, metadata
+
+    def __eq__(self, other):
+        ulps = np.abs(self.vector.view(np.int32).astype(np.int64) - other.vector.view(np.int32).astype(np.int64))
+        return self.document == other.document and self.metadata == other.metadata and int(ulps.max()) <= 2
+
+    def __repr__(self):
+        return f"Record({self.document!r}, {self.metadata!r})"
+
+
+def survivors_snapshot(tomb, queries: np.ndarray | None = None, exclude: list[str] = ()):
+    col = chromadb.PersistentClient(path=str(store_dir(tomb))).get_collection("docs")
+    got = col.get(include=["embeddings", "documents", "metadatas"])
+    snap = {i: Record(e, d, m) for i, e, d, m in zip(got["ids"], got["embeddings"], got["documents"], got["metadatas"])}
+    if queries is None:
+        return snap
+    where = {"tombstone_id": {"$nin": list(exclude)}} if exclude else None
+    res = col.query(query_embeddings=queries, n_results=5, where=where, include=["distances"])
+    return snap, res["ids"]
+
+
+class TestChromaConformance(AdapterConformance):
+    @pytest.fixture
+    def conformance_env(self, ctomb):
+        counter = iter(range(0, 100_000, 100))
+
+        def write_records(subject, n):
+            ids = write(ctomb, subject, n, start=next(counter))
+            return [ctomb.lineage.artifact("vectors", i) for i in ids]
+
+        def visible(ids):
+            view = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options).view()
+            seen = set(view.get(ids=list(ids), include=[])["ids"]) | set(view.get(include=[])["ids"])
+            return seen & set(ids)
+
+        adapter = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options)
+        return ConformanceEnv(adapter=adapter, write=write_records, survivors=lambda: survivors_snapshot(ctomb),
+                              visible=visible)
+
+
+def test_capture_records_lineage_and_three_probes(ctomb):
+    ids = write(ctomb, "alice", 2)
+    art = ctomb.lineage.artifact("vectors", ids[0])
+    assert art.kind == "vector" and len(art.fingerprint) == 32 and art.inv_norm is not None
+    assert len(ctomb.lineage.probes_for("vectors", ids[0])) == 3
+    vector = HashingEmbedder(DIM)([text("alice-0")])[0]
+    assert art.fingerprint == tuple(float(x) for x in vector[:32])
+
+
+def test_every_query_path_hides_suppressed(ctomb):
+    mine = write(ctomb, "alice", 3, texts=[text("shared topic", 20)] + [text(f"a{i}") for i in range(2)])
+    theirs = write(ctomb, "bob", 3)
+    adapter = ctomb.adapter("vectors")
+    adapter.suppress([ctomb.lineage.artifact("vectors", i) for i in mine])
+    view = wrapper(ctomb)
+    q = HashingEmbedder(DIM)([text("shared topic", 20)])
+    paths = {
+        "query": view.query(query_embeddings=q, n_results=10)["ids"][0],
+        "query_texts": view.query(query_texts=[text("shared topic", 20)], n_results=10)["ids"][0],
+        "query+where": view.query(query_embeddings=q, n_results=10, where={"n": {"$gte": 0}})["ids"][0],
+        "get": view.get()["ids"],
+        "get(ids)": view.get(ids=mine + theirs)["ids"],
+        "get(where)": view.get(where={"n": {"$gte": 0}})["ids"],
+        "get(where id)": view.get(where={"tombstone_id": mine[0]})["ids"] + view.get(where={"tombstone_id": theirs[0]})["ids"],
+        "get(where_document)": view.get(where_document={"$contains": "alpha"})["ids"] + view.get(ids=theirs)["ids"],
+        "peek": view.peek(50)["ids"],
+    }
+    for name, returned in paths.items():
+        assert not set(returned) & set(mine), f"{name} returned a suppressed record"
+        assert set(returned) & set(theirs), f"{name} returned no survivor: the path is not exercised"
+    assert view.count() == 3
+    # the caller's where is merged, not replaced
+    assert view.get(where={"n": 0})["ids"] == [theirs[0]]
+    raw = chromadb.PersistentClient(path=str(store_dir(ctomb))).get_collection("docs")
+    assert set(mine) <= set(raw.get()["ids"]), "suppression must hide, not delete"
+    assert raw.get(ids=[mine[0]])["metadatas"][0][SUPPRESSED] is True
+
+
+def test_delete_control_then_reclaim_verified(ctomb):
+    """Control: after collection.delete() alone the probe finds the id and the (normalised) vector bytes;
+    after Tombstone's reclaim an independent scan finds neither, and the receipt says VERIFIED(physical)."""
+    mine = write(ctomb, "alice", 5)
+    write(ctomb, "bob", 40)  # past the sync threshold: HNSW files hold the vectors
+    arts = [ctomb.lineage.artifact("vectors", i) for i in mine]
+    adapter = ctomb.adapter("vectors")
+    before = adapter.probe_physical(arts)
+    assert all(r.id_found and r.content_found for r in before.values())
+    norm = [fingerprint_bytes(normalised_fingerprint(a.fingerprint, a.inv_norm)) for a in arts]
+    assert any("data_level0.bin" in f for f in scan(store_dir(ctomb), norm[0])), "HNSW files not exercised"
+    adapter.native_delete(arts)
+    assert all(r.passed for r in adapter.probe_logical(arts).values())
+    after_delete = adapter.probe_physical(arts)
+    assert all(not r.passed and r.id_found for r in after_delete.values()), "control: delete() left nothing?"
+    assert any(r.content_found for r in after_delete.values())
+    assert scan(store_dir(ctomb), mine[0].encode())
+    receipt, _ = ctomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    for aid, pattern in zip(mine, norm):
+        assert scan(store_dir(ctomb), aid.encode()) == []
+        assert scan(store_dir(ctomb), pattern) == []
+    for art in arts:
+        assert scan(store_dir(ctomb), fingerprint_bytes(art.fingerprint)) == []
+
+
+def test_normalised_form_is_what_the_index_stores(ctomb):
+    """Without the normalised pattern the HNSW copy would be missed: the raw bytes are not in data_level0.bin.
+    (The offline embedder already returns unit vectors, so this test writes unnormalised ones.)"""
+    mine = [f"alice-raw-{i}" for i in range(30)]
+    vectors = np.random.default_rng(5).normal(size=(30, DIM)).astype(np.float32) * 3
+    wrapper(ctomb).add(ids=mine, embeddings=vectors, documents=[text(f"r{i}") for i in range(30)], subject="alice")
+    art = ctomb.lineage.artifact("vectors", mine[0])
+    raw_hits = scan(store_dir(ctomb), fingerprint_bytes(art.fingerprint))
+    norm_hits = scan(store_dir(ctomb), fingerprint_bytes(normalised_fingerprint(art.fingerprint, art.inv_norm)))
+    assert not any("data_level0.bin" in f for f in raw_hits)
+    assert any("data_level0.bin" in f for f in norm_hits)
+
+
+def test_end_to_end_survivors_identical(ctomb):
+    mine = write(ctomb, "alice", 6)
+    theirs = write(ctomb, "bob", 50)
+    queries = HashingEmbedder(DIM)([text(f"bob-{i}") for i in range(5)])
+    before = survivors_snapshot(ctomb, queries, exclude=mine)
+    receipt, _ = ctomb.erase("alice")
+    assert receipt["summary"]["VERIFIED"] == 6
+    after = survivors_snapshot(ctomb, queries, exclude=mine)
+    assert after[0] == {k: v for k, v in before[0].items() if k not in mine}
+    assert after[1] == before[1]
+    assert set(after[0]) == set(theirs)
+    evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert evidence["rewrite"]["survivors"] == 50
+    assert evidence["orphan_segment_dirs_removed"], "the old segment directory must be removed"
+    assert mine[0] not in str(evidence)
+
+
+def test_duplicate_content_is_unverified_and_survivor_untouched(ctomb):
+    shared = text("boilerplate footer shared by everyone", 25)
+    mine = write(ctomb, "alice", 2, texts=[shared, text("alice own")])
+    theirs = write(ctomb, "bob", 25, texts=[shared] + [text(f"bob {i}") for i in range(24)])
+    receipt, _ = ctomb.erase("alice")
+    by_id = {a["artifact_id"]: a for a in receipt["artifacts"]}
+    assert by_id[mine[0]]["status"] == "UNVERIFIED"
+    assert by_id[mine[0]]["reason"].startswith("duplicate content")
+    assert by_id[mine[1]]["status"] == "VERIFIED"
+    assert by_id[mine[0]]["evidence"]["reclaim"]["duplicates_before_reclaim"] == {mine[0]: 1}
+    view = wrapper(ctomb)
+    hit = view.query(query_texts=[shared], n_results=1)["ids"][0]
+    assert hit == [theirs[0]]
+    assert scan(store_dir(ctomb), mine[0].encode()) == []
+
+
+@pytest.mark.parametrize("crash_at", ["create_collection", "add", "delete_collection", "modify"])
+def test_rewrite_killed_midway_loses_no_survivor(ctomb, crash_at, monkeypatch):
+    mine = write(ctomb, "alice", 4)
+    write(ctomb, "bob", 30)
+    before = survivors_snapshot(ctomb)
+    expected = {k: v for k, v in before.items() if k not in mine}
+    arts = [ctomb.lineage.artifact("vectors", i) for i in mine]
+    adapter = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options)
+    adapter.suppress(arts)
+
+    class Crash(BaseException):
+        pass
+
+    import chromadb.api.models.Collection as collection_module
+
+    real_client_methods = {}
+    if crash_at in ("create_collection", "delete_collection"):
+        real = getattr(type(adapter.client), crash_at)
+        calls = {"n": 0}
+
+        def dying(self, *a, **k):
+            result = real(self, *a, **k)
+            calls["n"] += 1
+            # die after the store acted: the copy exists / the original is gone
+            if crash_at == "create_collection" or calls["n"] == 1 and a and a[0] == "docs":
+                raise Crash()
+            return result
+
+        monkeypatch.setattr(type(adapter.client), crash_at, dying)
+    else:
+        real = getattr(collection_module.Collection, crash_at)
+
+        def dying(self, *a, **k):
+            if self.name.endswith("-tombstone-rewrite"):
+                if crash_at == "add":
+                    real(self, *a, **k)  # half the copy landed
+                else:
+                    pass
+                raise Crash()
+            return real(self, *a, **k)
+
+        monkeypatch.setattr(collection_module.Collection, crash_at, dying)
+    with pytest.raises(Crash):
+        adapter.reclaim(arts)
+    monkeypatch.undo()
+    fresh = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options)
+    fresh.reclaim(arts)
+    assert survivors_snapshot(ctomb) == expected
+    assert all(r.passed for r in fresh.probe_physical(arts).values())
+
+
+def test_slot_zeroing_step(ctomb):
+    """This Chroma version (1.5.x) leaves the tail of data_level0.bin zeroed after the rewrite here, so the
+    rewrite alone left nothing there (shown first). The zeroing step is still run: bytes planted past
+    cur_element_count are removed and the index still answers queries over the survivors."""
+    mine = write(ctomb, "alice", 3)
+    write(ctomb, "bob", 45)
+    arts = [ctomb.lineage.artifact("vectors", i) for i in mine]
+    adapter = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options)
+    adapter.native_delete(arts)
+    adapter._rewrite()
+    segs = [p for p in store_dir(ctomb).iterdir() if p.is_dir() and hnsw_header(p)]
+    live = [p for p in segs if p.name in adapter._segments()]
+    [seg] = live
+    h = hnsw_header(seg)
+    adapter._remove_orphans()
+    data = (seg / "data_level0.bin").read_bytes()
+    tail_start = h["cur_element_count"] * h["size_data_per_element"]
+    norm = [fingerprint_bytes(normalised_fingerprint(a.fingerprint, a.inv_norm)) for a in arts]
+    assert not any(p in data[tail_start:] for p in norm), "the rewrite left erased vectors past cur_element_count"
+    planted = norm[0] + mine[0].encode()
+    if len(data) - tail_start < len(planted):
+        with open(seg / "data_level0.bin", "ab") as fh:
+            fh.write(b"\x00" * (len(planted) + 16))
+    with open(seg / "data_level0.bin", "r+b") as fh:
+        fh.seek(tail_start + 8)
+        fh.write(planted)
+    assert scan(seg, norm[0]) == ["data_level0.bin"]
+    zeroed = adapter._zero_hnsw_tails()
+    assert zeroed[seg.name] >= len(planted)
+    assert scan(seg, norm[0]) == [] and scan(seg, mine[0].encode()) == []
+    survivors = chromadb.PersistentClient(path=str(store_dir(ctomb))).get_collection("docs")
+    assert survivors.query(query_embeddings=HashingEmbedder(DIM)([text("bob-3")]), n_results=1)["ids"][0]
+
+
+def test_unreadable_persist_dir_is_logical_only(ctomb, monkeypatch):
+    """A persist directory the process cannot read → UNVERIFIED(physical), never VERIFIED. (Tests run as
+    root, for whom permissions do not deny reads, so the access check is what is simulated here.)"""
+    write(ctomb, "alice", 2)
+    import tombstone_adapters.chroma.adapter as mod
+
+    real_access = mod.os.access
+    monkeypatch.setattr(mod.os, "access", lambda p, m: False if Path(p) == store_dir(ctomb) else real_access(p, m))
+    receipt, _ = ctomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"UNVERIFIED"}
+    assert all("not readable" in a["reason"] for a in receipt["artifacts"])
+    assert all(a["evidence"]["probes"][0]["passed"] for a in receipt["artifacts"])
+
+
+def test_missing_collection_is_a_clear_error(ctomb, tmp_path):
+    from tombstone.errors import StoreUnavailableError
+
+    with pytest.raises(StoreUnavailableError, match="no collection"):
+        ChromaAdapter("vectors", {**ctomb.config.stores["vectors"].options, "collection": "nope"})
+    with pytest.raises(StoreUnavailableError, match="no Chroma persist directory"):
+        ChromaAdapter("vectors", {"path": str(tmp_path / "none"), "collection": "docs"})
