@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import sys
 import uuid
 from pathlib import Path
 
@@ -16,7 +17,12 @@ from tombstone.config import CONFIG_NAME
 from tombstone.errors import ConfigError
 
 MARKER = ".tombstone-demo"
-DEMO_BACKENDS = ("docstore",)
+DEMO_BACKENDS = ("chroma", "docstore")
+DEFAULT_BACKENDS = "chroma,docstore"
+CHROMA_COLLECTION = "rag-chunks"
+# Small HNSW batch and sync thresholds so even a small demo writes Chroma's segment files to disk.
+CHROMA_METADATA = {"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20}
+EMBEDDING_DIM = 384
 DOCS_PER_SUBJECT = 3
 _NAMESPACE = uuid.UUID("6f1c1f2e-3c7a-4d55-9d0e-2b0f6f1a7c11")
 _WORDS = (
@@ -51,6 +57,9 @@ def _prepare(workdir: Path, force: bool) -> None:
         if not force:
             raise ConfigError(f"{workdir} already holds a demo; pass --force to rebuild it or pick another --workdir")
         shutil.rmtree(workdir)
+        if "chromadb" in sys.modules:
+            # Chroma caches one system per persist path in a process; the directory is gone.
+            sys.modules["chromadb"].api.client.SharedSystemClient.clear_system_cache()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / MARKER).write_text("built by 'tombstone demo'; --force may delete this directory\n")
 
@@ -67,11 +76,15 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
         raise ConfigError("--subjects must be between 1 and 10000")
     _prepare(workdir, force)
     stores = {}
+    if "chroma" in backends:
+        stores["vectors"] = {"backend": "chroma", "path": "stores/vectors", "collection": CHROMA_COLLECTION}
     if "docstore" in backends:
         stores["docs"] = {"backend": "docstore", "path": "stores/docs/docstore.db"}
     config = init_deployment(workdir, stores)
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
+        if "chroma" in backends:
+            _fill_chroma(tomb, config.stores["vectors"].options["path"], refs)
         if "docstore" in backends:
             from tombstone_adapters.docstore import DocStore
 
@@ -83,3 +96,19 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
                 docs.close()
     assert (workdir / CONFIG_NAME).exists()
     return refs
+
+
+def _fill_chroma(tomb: Tombstone, path: str, refs: list[str]) -> None:
+    import chromadb
+
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.chroma import TombstoneCollection
+
+    client = chromadb.PersistentClient(path=path)
+    collection = client.create_collection(CHROMA_COLLECTION, metadata=CHROMA_METADATA, embedding_function=None)
+    chunks = TombstoneCollection(collection, lineage=tomb.lineage, store="vectors",
+                                 embedder=HashingEmbedder(EMBEDDING_DIM))
+    for ref in refs:
+        docs = demo_documents(ref)
+        chunks.add(ids=[f"{doc_id}#chunk-0" for doc_id, _, _ in docs], documents=[t for _, t, _ in docs],
+                   metadatas=[m for _, _, m in docs], subject=ref)
