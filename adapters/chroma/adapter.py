@@ -22,7 +22,7 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, mmr_select, probe_set
 
 from ._errors import mapped
-from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneCollection
+from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection
 
 REWRITE_SUFFIX = "-tombstone-rewrite"
 _UUID_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -65,7 +65,8 @@ def zero_past(path: Path, keep: int) -> int:
 
 
 class ChromaAdapter(Adapter):
-    """Options: ``path`` (the persist directory) and ``collection`` (its name)."""
+    """Options: ``path`` (the persist directory), ``collection`` (its name) and, optionally, ``id_key``:
+    a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
 
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
@@ -298,11 +299,13 @@ class ChromaAdapter(Adapter):
                 aid = art.artifact_id
                 paths: dict[str, bool] = {
                     "raw.get(ids)": aid in col.get(ids=[aid], include=[])["ids"],
-                    "raw.get(where id)": aid in col.get(where={ID_KEY: aid}, include=[])["ids"],
                     "wrapper.get(ids)": aid in view.get(ids=[aid], include=[])["ids"],
-                    "wrapper.get(where id)": aid in view.get(where={ID_KEY: aid}, include=[])["ids"],
                     "wrapper.peek": aid in view.peek(limit=TOP_K)["ids"],
                 }
+                id_key = self.options.get("id_key")
+                if id_key:
+                    paths[f"raw.get(where {id_key})"] = aid in col.get(where={id_key: aid}, include=[])["ids"]
+                    paths[f"wrapper.get(where {id_key})"] = aid in view.get(where={id_key: aid}, include=[])["ids"]
                 queries = probe_set(art.fingerprint, probe_vectors.get(aid, []), dim) if dim else []
                 if queries:
                     vecs = np.stack([v[:dim] if len(v) >= dim else np.pad(v, (0, dim - len(v))) for _, v in queries])

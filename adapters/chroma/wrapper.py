@@ -20,8 +20,6 @@ from ._errors import mapped
 BACKEND = "chroma"
 SUPPRESSED = "tombstone_suppressed"
 """Metadata flag set on suppressed records."""
-ID_KEY = "tombstone_id"
-"""Metadata copy of the artifact id, so a metadata filter on the id is a query path too."""
 VISIBLE: dict[str, Any] = {SUPPRESSED: {"$ne": True}}
 _QUERY_INCLUDE = ["metadatas", "documents", "distances"]
 _GET_INCLUDE = ["metadatas", "documents"]
@@ -130,19 +128,22 @@ class TombstoneCollection:
         return cap.vectors
 
     @staticmethod
-    def _flagged(ids: Sequence[str], metadatas) -> list[dict[str, Any]]:
-        metas = list(metadatas) if metadatas is not None else [None] * len(ids)
-        return [{**(m or {}), SUPPRESSED: False, ID_KEY: str(i)} for i, m in zip(ids, metas)]
+    def _unflagged(metadatas) -> Any:
+        """The caller's metadata, minus any attempt to set the suppression flag. Nothing is added:
+        the filter is ``$ne: true``, which records without the flag pass."""
+        if metadatas is None:
+            return None
+        return [{k: v for k, v in m.items() if k != SUPPRESSED} if m else m for m in metadatas]
 
     def add(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, **kwargs) -> None:
         vectors = self._capture(ids, documents, embeddings, subject)
         self._call("add", ids=list(ids), embeddings=vectors, documents=documents,
-                   metadatas=self._flagged(ids, metadatas), **kwargs)
+                   metadatas=self._unflagged(metadatas), **kwargs)
 
     def upsert(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, **kwargs) -> None:
         vectors = self._capture(ids, documents, embeddings, subject)
         self._call("upsert", ids=list(ids), embeddings=vectors, documents=documents,
-                   metadatas=self._flagged(ids, metadatas), **kwargs)
+                   metadatas=self._unflagged(metadatas), **kwargs)
 
     def update(self, ids, documents=None, metadatas=None, embeddings=None, *, subject=None, **kwargs) -> None:
         """Update records; new documents are re-captured (pass ``subject``), the flag is kept."""
@@ -150,9 +151,7 @@ class TombstoneCollection:
             if subject is None:
                 raise ValueError("updating content needs subject= so lineage follows it")
             embeddings = self._capture(ids, documents, embeddings, subject)
-        if metadatas is not None:
-            metadatas = [{k: v for k, v in (m or {}).items() if k not in (SUPPRESSED, ID_KEY)} for m in metadatas]
-        self._call("update", ids=list(ids), documents=documents, metadatas=metadatas, embeddings=embeddings, **kwargs)
+        self._call("update", ids=list(ids), documents=documents, metadatas=self._unflagged(metadatas), embeddings=embeddings, **kwargs)
 
     def delete(self, ids=None, where=None, **kwargs) -> None:
         """The store's own delete (not an erasure: bytes stay behind; use ``tombstone erase``)."""

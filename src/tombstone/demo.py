@@ -77,7 +77,8 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
     _prepare(workdir, force)
     stores = {}
     if "chroma" in backends:
-        stores["vectors"] = {"backend": "chroma", "path": "stores/vectors", "collection": CHROMA_COLLECTION}
+        stores["vectors"] = {"backend": "chroma", "path": "stores/vectors", "collection": CHROMA_COLLECTION,
+                             "id_key": "chunk_id"}
     if "docstore" in backends:
         stores["docs"] = {"backend": "docstore", "path": "stores/docs/docstore.db"}
     config = init_deployment(workdir, stores)
@@ -110,5 +111,6 @@ def _fill_chroma(tomb: Tombstone, path: str, refs: list[str]) -> None:
                                  embedder=HashingEmbedder(EMBEDDING_DIM))
     for ref in refs:
         docs = demo_documents(ref)
-        chunks.add(ids=[f"{doc_id}#chunk-0" for doc_id, _, _ in docs], documents=[t for _, t, _ in docs],
-                   metadatas=[m for _, _, m in docs], subject=ref)
+        ids = [f"{doc_id}#chunk-0" for doc_id, _, _ in docs]
+        chunks.add(ids=ids, documents=[t for _, t, _ in docs],
+                   metadatas=[{**m, "chunk_id": i} for i, (_, _, m) in zip(ids, docs)], subject=ref)

@@ -23,21 +23,33 @@ class HashingEmbedder:
         if dim < 32:
             raise ValueError("dim must be at least 32 (the fingerprint length)")
         self.dim = dim
+        self._codes: dict[str, int] = {}
 
-    def _features(self, text: str) -> list[str]:
-        words = [w.lower() for w in _TOKEN.findall(text)]
-        return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+    def _slot(self, feature: str) -> int:
+        """The feature's signed slot code: +(index + 1) or -(index + 1)."""
+        value = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
+        code = (value % self.dim) + 1
+        code = code if (value >> 63) & 1 else -code
+        if len(self._codes) < 1_000_000:
+            self._codes[feature] = code
+        return code
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        n, dim = len(texts), self.dim
+        cache, slot = self._codes, self._slot
+        flat: list[int] = []
         for row, text in enumerate(texts):
-            for feature in self._features(text):
-                digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
-                value = int.from_bytes(digest, "little")
-                out[row, value % self.dim] += 1.0 if (value >> 63) & 1 else -1.0
-            norm = float(np.linalg.norm(out[row]))
-            if norm > 0:
-                out[row] /= norm
+            words = _TOKEN.findall(text.lower())
+            features = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+            codes = [cache.get(f) or slot(f) for f in features]
+            base = row * dim
+            flat += [base + c if c > 0 else c - base for c in codes]
+        codes = np.asarray(flat, dtype=np.int64)
+        positions = np.abs(codes) - 1
+        weights = np.sign(codes).astype(np.float64)
+        out = np.bincount(positions, weights=weights, minlength=n * dim).astype(np.float32).reshape(n, dim)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.divide(out, norms, out=out, where=norms > 0)
         return out
 
     __call__ = embed

@@ -80,15 +80,20 @@ def capture_vectors(
         probe_vecs = out
     else:
         vectors, probe_vecs = out[:n], out[n:]
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    # hnswlib's inverse norm, for all rows at once (cumsum runs in order along each row).
+    inv_norms = np.float32(1.0) / (np.sqrt(np.cumsum(vectors * vectors, axis=1, dtype=np.float32)[:, -1])
+                                   + np.float32(1e-30))
+    fingerprints = vectors[:, :32].tolist()
     records = [
         ArtifactRecord(
             store=store,
             artifact_id=str(ids[i]),
             backend=backend,
             kind="vector",
-            fingerprint=fingerprint_of(vectors[i]),
+            fingerprint=tuple(fingerprints[i]),
             content_hash=content_hash(docs[i], vectors[i]),
-            inv_norm=hnsw_inv_norm(vectors[i]),
+            inv_norm=float(inv_norms[i]),
         )
         for i in range(n)
     ]

@@ -187,28 +187,37 @@ class LineageDB:
         """
         key = self.subject_key(subject)
         now = self._now()
+        artifacts = list(artifacts)
         with self.atomic() as conn:
             conn.execute("INSERT OR IGNORE INTO subjects VALUES (?, ?)", (key, now))
+            by_store: dict[str, list[str]] = {}
             for art in artifacts:
-                row = conn.execute(
-                    "SELECT subject_key FROM artifacts WHERE store = ? AND artifact_id = ?",
-                    (art.store, art.artifact_id),
-                ).fetchone()
-                if row is not None and row[0] != key:
-                    raise ScopeViolationError(
-                        f"artifact {art.artifact_id} in store {art.store} already belongs to another subject",
-                        store=art.store,
-                    )
-                fp = fingerprint_bytes(art.fingerprint) if art.fingerprint is not None else None
-                conn.execute(
-                    "INSERT INTO artifacts (store, artifact_id, backend, kind, subject_key, fingerprint,"
-                    " content_hash, created_at, state, inv_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'live', ?)"
-                    " ON CONFLICT (store, artifact_id) DO UPDATE SET backend = excluded.backend,"
-                    " kind = excluded.kind, fingerprint = excluded.fingerprint,"
-                    " content_hash = excluded.content_hash, state = 'live', inv_norm = excluded.inv_norm",
-                    (art.store, art.artifact_id, art.backend, art.kind, key, fp, art.content_hash, now,
-                     art.inv_norm),
-                )
+                by_store.setdefault(art.store, []).append(art.artifact_id)
+            for store, ids in by_store.items():
+                for start in range(0, len(ids), 500):
+                    part = ids[start : start + 500]
+                    owned = conn.execute(
+                        f"SELECT artifact_id FROM artifacts WHERE store = ? AND subject_key != ?"
+                        f" AND artifact_id IN ({','.join('?' * len(part))}) LIMIT 1",
+                        (store, key, *part),
+                    ).fetchone()
+                    if owned is not None:
+                        raise ScopeViolationError(
+                            f"artifact {owned[0]} in store {store} already belongs to another subject", store=store
+                        )
+            conn.executemany(
+                "INSERT INTO artifacts (store, artifact_id, backend, kind, subject_key, fingerprint,"
+                " content_hash, created_at, state, inv_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'live', ?)"
+                " ON CONFLICT (store, artifact_id) DO UPDATE SET backend = excluded.backend,"
+                " kind = excluded.kind, fingerprint = excluded.fingerprint,"
+                " content_hash = excluded.content_hash, state = 'live', inv_norm = excluded.inv_norm",
+                [
+                    (a.store, a.artifact_id, a.backend, a.kind, key,
+                     fingerprint_bytes(a.fingerprint) if a.fingerprint is not None else None,
+                     a.content_hash, now, a.inv_norm)
+                    for a in artifacts
+                ],
+            )
             conn.executemany(
                 "INSERT OR REPLACE INTO probes VALUES (?, ?, ?, ?)",
                 [(s, a, q, np.asarray(v, dtype="<f4").tobytes()) for s, a, q, v in probes],
