@@ -13,16 +13,22 @@ def _python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-def test_readme_python_example_runs(tmp_path):
+def test_readme_python_examples_run(tmp_path):
     readme = (ROOT / "README.md").read_text()
-    example = next(b for b in _python_blocks(readme) if "tomb.erase" in b)
-    old = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        exec(compile(example, "README.md", "exec"), {})
-    finally:
-        os.chdir(old)
-    assert (tmp_path / "deploy" / "receipts" / "alice.json").is_file()
+    examples = [b for b in _python_blocks(readme) if "tomb.erase" in b]
+    assert len(examples) >= 2
+    for n, example in enumerate(examples):
+        workdir = tmp_path / str(n)
+        workdir.mkdir()
+        old = os.getcwd()
+        os.chdir(workdir)
+        try:
+            namespace: dict = {}
+            exec(compile(example, "README.md", "exec"), namespace)
+        finally:
+            os.chdir(old)
+        assert namespace["receipt"]["summary"]["VERIFIED"] >= 1, namespace["receipt"]["summary"]
+        assert namespace["path"].is_file()
 
 
 def test_readme_quick_start_is_three_lines():

@@ -189,10 +189,11 @@ class ChromaAdapter(Adapter):
             self.client.delete_collection(tmp_name)
         survivors = self._survivors(old)
         kwargs: dict[str, Any] = {"embedding_function": None}
+        hnsw = (old.configuration_json or {}).get("hnsw")
         if old.metadata:
             kwargs["metadata"] = dict(old.metadata)
-        else:
-            kwargs["configuration"] = old.configuration
+        elif hnsw:
+            kwargs["configuration"] = {"hnsw": dict(hnsw)}
         fresh = self.client.create_collection(tmp_name, **kwargs)
         batch = max(1, min(self.client.get_max_batch_size(), _PAGE))
         ids = survivors["ids"]
@@ -284,7 +285,7 @@ class ChromaAdapter(Adapter):
         meta = col.metadata or {}
         if "hnsw:space" in meta:
             return str(meta["hnsw:space"])
-        return str(((col.configuration or {}).get("hnsw") or {}).get("space") or "l2")
+        return str(((col.configuration_json or {}).get("hnsw") or {}).get("space") or "l2")
 
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         col = self.collection()
