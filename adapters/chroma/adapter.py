@@ -96,6 +96,8 @@ class ChromaAdapter(Adapter):
             return None
 
     def collection(self):
+        if self._col is not None:
+            return self._col
         with mapped(self.store):
             col = self._get(self.name)
             if col is None:
@@ -330,9 +332,16 @@ class ChromaAdapter(Adapter):
                 )
         return results
 
+    def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
+        self._cosine = self._space() == "cosine"
+        return super().probe_physical(artifacts)
+
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         patterns = super().physical_patterns(artifact)
-        if artifact.fingerprint is not None and artifact.inv_norm is not None and self._space() == "cosine":
+        cosine = getattr(self, "_cosine", None)
+        if cosine is None:
+            cosine = self._space() == "cosine"
+        if artifact.fingerprint is not None and artifact.inv_norm is not None and cosine:
             # hnswlib's cosine space stores v / |v|: the raw bytes alone would miss the index copy.
             patterns["content_normalised"] = fingerprint_bytes(normalised_fingerprint(artifact.fingerprint, artifact.inv_norm))
         return patterns

@@ -154,19 +154,15 @@ class Adapter(abc.ABC):
                 f"{self.backend} offers no access to its persisted bytes", store=self.store
             )
         files = self.physical_files()
-        patterns: dict[str, bytes] = {}
-        for art in artifacts:
-            for kind, pattern in self.physical_patterns(art).items():
-                patterns[f"{kind}\x00{art.artifact_id}"] = pattern
+        per_artifact = {art.artifact_id: self.physical_patterns(art) for art in artifacts}
+        patterns = {f"{kind}\x00{aid}": pattern for aid, pats in per_artifact.items() for kind, pattern in pats.items()}
         report = scan_files(files, patterns)
         results = {}
         for art in artifacts:
+            kinds = per_artifact[art.artifact_id]
             id_hits = report.found(f"id\x00{art.artifact_id}")
             content_hits = [
-                hit
-                for kind in self.physical_patterns(art)
-                if kind.startswith("content")
-                for hit in report.found(f"{kind}\x00{art.artifact_id}")
+                hit for kind in kinds if kind.startswith("content") for hit in report.found(f"{kind}\x00{art.artifact_id}")
             ]
             found = []
             if id_hits:
@@ -180,7 +176,7 @@ class Adapter(abc.ABC):
                 evidence={
                     "files_scanned": [Path(f).name for f in report.files],
                     "bytes_scanned": report.bytes_scanned,
-                    "patterns": sorted(k for k in self.physical_patterns(art)),
+                    "patterns": sorted(kinds),
                     "id_hits": len(id_hits),
                     "content_hits": len(content_hits),
                 },
