@@ -19,7 +19,7 @@ from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, mmr_select, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
 
 from ._errors import mapped
 from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection
@@ -297,6 +297,7 @@ class ChromaAdapter(Adapter):
             count = col.count()
             sample = col.get(limit=1, include=["embeddings"]) if count else None
             dim = len(sample["embeddings"][0]) if sample and len(sample["ids"]) else None
+            searchers = {"raw": self._searcher(col), "wrapper": self._searcher(view)}
             results = {}
             for art in artifacts:
                 aid = art.artifact_id
@@ -309,19 +310,9 @@ class ChromaAdapter(Adapter):
                 if id_key:
                     paths[f"raw.get(where {id_key})"] = aid in col.get(where={id_key: aid}, include=[])["ids"]
                     paths[f"wrapper.get(where {id_key})"] = aid in view.get(where={id_key: aid}, include=[])["ids"]
-                queries = probe_set(art.fingerprint, probe_vectors.get(aid, []), dim) if dim else []
-                if queries:
-                    vecs = np.stack([v[:dim] if len(v) >= dim else np.pad(v, (0, dim - len(v))) for _, v in queries])
-                    k = min(TOP_K, count)
-                    raw = col.query(query_embeddings=vecs, n_results=k, include=["embeddings"])
-                    wrapped = view.query(query_embeddings=vecs, n_results=k, include=["embeddings"])
-                    for q, (label, vec) in enumerate(queries):
-                        for name, res in (("raw", raw), ("wrapper", wrapped)):
-                            ids = list(res["ids"][q])
-                            paths[f"{name}.top{TOP_K}({label})"] = aid in ids
-                            emb = res["embeddings"][q] if res.get("embeddings") is not None else []
-                            chosen = mmr_select(vec, np.asarray(emb)) if len(ids) else []
-                            paths[f"{name}.mmr({label})"] = aid in [ids[i] for i in chosen]
+                queries = [(label, fit_dim(v, dim)) for label, v in
+                           probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []
+                paths.update(nearest_paths(aid, queries, searchers, min(TOP_K, count)))
                 returned = sorted(p for p, hit in paths.items() if hit)
                 results[aid] = ProbeResult(
                     level=Level.LOGICAL,
@@ -335,6 +326,14 @@ class ChromaAdapter(Adapter):
     def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
         self._cosine = self._space() == "cosine"
         return super().probe_physical(artifacts)
+
+    @staticmethod
+    def _searcher(target):
+        def search(vectors: np.ndarray, k: int):
+            res = target.query(query_embeddings=vectors, n_results=k, include=["embeddings"])
+            return res["ids"], [e if e is not None else [] for e in res["embeddings"]]
+
+        return search
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         patterns = super().physical_patterns(artifact)

@@ -135,8 +135,9 @@ class Adapter(abc.ABC):
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         """Byte patterns whose presence means the artifact is still stored.
 
-        ``id`` is the artifact id as stored; ``content`` (when present) is what byte-identical copies
-        owned by other subjects would share, so its hits are attributed on the lineage graph.
+        Keys starting with ``id`` are the artifact id in each form the store writes it; keys starting
+        with ``content`` (the fingerprint, in each encoding the store uses) are what byte-identical copies
+        owned by other subjects would share, so their hits are attributed on the lineage graph.
         """
         patterns = {"id": artifact.artifact_id.encode("utf-8")}
         if artifact.fingerprint is not None:
@@ -160,7 +161,9 @@ class Adapter(abc.ABC):
         results = {}
         for art in artifacts:
             kinds = per_artifact[art.artifact_id]
-            id_hits = report.found(f"id\x00{art.artifact_id}")
+            id_hits = [
+                hit for kind in kinds if kind.startswith("id") for hit in report.found(f"{kind}\x00{art.artifact_id}")
+            ]
             content_hits = [
                 hit for kind in kinds if kind.startswith("content") for hit in report.found(f"{kind}\x00{art.artifact_id}")
             ]

@@ -12,7 +12,8 @@
     ├── AdapterError             an adapter could not do what was asked
     │   ├── AdapterNotFoundError no installed adapter for a backend name
     │   ├── StoreUnavailableError the store cannot be opened or read (``retryable``)
-    │   └── PhysicalUnsupportedError the backend cannot be checked at the physical level
+    │   ├── PhysicalUnsupportedError the backend cannot be checked at the physical level
+    │   └── ReclaimUnavailableError this store cannot be reclaimed here (e.g. not writable)
     ├── ReceiptError             a receipt is malformed, tampered with, or fails its signature
     └── SagaError                a saga cannot run (already running, nothing to resume, ...)
 
@@ -96,6 +97,14 @@ class PhysicalUnsupportedError(AdapterError):
 
     Raised by ``probe_physical`` instead of reporting absence: the lattice turns it into
     UNVERIFIED, never VERIFIED.
+    """
+
+
+class ReclaimUnavailableError(AdapterError):
+    """The store's reclaim recipe cannot run here (read-only files, missing privileges).
+
+    Not a failure of the saga: the reclaim step records why it was skipped and the probes report
+    what is still there.
     """
 
 

@@ -18,6 +18,7 @@ from tombstone.errors import (
     AdapterNotFoundError,
     ConfigError,
     PhysicalUnsupportedError,
+    ReclaimUnavailableError,
     SagaError,
     TombstoneError,
     UnknownSubjectError,
@@ -143,6 +144,8 @@ class Saga:
         duplicates = {a.artifact_id: n for a in arts if (n := len(self.lineage.live_sharing_content(a)))}
         try:
             evidence = adapter.reclaim(arts)
+        except ReclaimUnavailableError as exc:
+            return {"skipped": str(exc), "duplicates_before_reclaim": duplicates}
         except TombstoneError as exc:
             return {"error": str(exc), "duplicates_before_reclaim": duplicates}
         self.lineage.set_state(arts, "reclaimed")

@@ -48,3 +48,32 @@ def mmr_select(query: np.ndarray, candidates: np.ndarray, k: int = MMR_K, lambda
         score[chosen] = -np.inf
         chosen.append(int(np.argmax(score)))
     return chosen
+
+
+Searcher = "Callable[[np.ndarray, int], tuple[list[list[str]], list[np.ndarray]]]"
+
+
+def nearest_paths(artifact_id: str, queries: list[tuple[str, np.ndarray]], searchers: dict, k: int) -> dict[str, bool]:
+    """Run every probe vector through every searcher (top-k, then MMR over those k) in one batch each.
+
+    ``searchers`` maps a path name to ``search(vectors, k) -> (ids per query, candidate vectors per
+    query)``. Returns ``{"<path>.top<k>(<probe>)": hit, "<path>.mmr(<probe>)": hit, ...}``.
+    """
+    paths: dict[str, bool] = {}
+    if not queries or k <= 0:
+        return paths
+    vectors = np.stack([v for _, v in queries]).astype(np.float32)
+    for name, search in searchers.items():
+        ids_per_query, candidates = search(vectors, k)
+        for q, (label, vec) in enumerate(queries):
+            ids = list(ids_per_query[q])
+            paths[f"{name}.top{TOP_K}({label})"] = artifact_id in ids
+            chosen = mmr_select(vec, np.asarray(candidates[q])) if ids else []
+            paths[f"{name}.mmr({label})"] = artifact_id in [ids[i] for i in chosen]
+    return paths
+
+
+def fit_dim(vector: np.ndarray, dim: int) -> np.ndarray:
+    """Truncate or zero-pad a probe vector to the store's dimension."""
+    v = np.asarray(vector, dtype=np.float32)
+    return v[:dim] if len(v) >= dim else np.pad(v, (0, dim - len(v)))

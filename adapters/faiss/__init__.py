@@ -1,0 +1,13 @@
+"""FAISS backend (IndexHNSWFlat in IndexIDMap2, persisted with sidecars): the store apps use, and its adapter."""
+
+from .store import FaissStore
+
+__all__ = ["FaissAdapter", "FaissStore"]
+
+
+def __getattr__(name: str):
+    if name == "FaissAdapter":
+        from .adapter import FaissAdapter
+
+        return FaissAdapter
+    raise AttributeError(name)

@@ -1,0 +1,123 @@
+"""Adapter for the FAISS store: exclusion set, rebuild from survivors, byte scan of index and sidecar."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tombstone.contract import Adapter, Capability, ProbeResult
+from tombstone.errors import ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError
+from tombstone.lineage.db import ArtifactRecord
+from tombstone.verify.levels import Level
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+
+from .store import BACKEND, FaissStore
+
+
+class FaissAdapter(Adapter):
+    """Options: ``path`` (the store directory)."""
+
+    backend = BACKEND
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
+    levels = (Level.LOGICAL, Level.PHYSICAL)
+
+    def __init__(self, store: str, options: Mapping[str, Any]) -> None:
+        super().__init__(store, options)
+        if "path" not in options:
+            raise ConfigError(f"store {store!r}: the faiss backend needs path = \"...\"")
+        self.faiss = FaissStore(options["path"], store=store, create=False)
+
+    @property
+    def writable(self) -> bool:
+        return os.access(self.faiss.dir, os.W_OK) and all(os.access(p, os.W_OK) for p in self.faiss.files())
+
+    @staticmethod
+    def _ids(artifacts: Sequence[ArtifactRecord]) -> list[str]:
+        return [a.artifact_id for a in artifacts]
+
+    def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        n = self.faiss.exclude(self._ids(artifacts))
+        return {"mechanism": "persisted exclusion set (IDSelectorNot in the search parameters) + post-filter",
+                "labels_excluded": n}
+
+    def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
+        labels = np.array([self.faiss.side["labels"][i] for i in self._ids(artifacts) if i in self.faiss.side["labels"]],
+                          dtype=np.int64)
+        try:
+            self.faiss.index.remove_ids(labels)
+            self.faiss.commit()
+        except RuntimeError:
+            # IndexHNSWFlat cannot remove: all an app can do is forget the mapping.
+            self.faiss.drop_mapping(self._ids(artifacts))
+
+    def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        if not self.writable:
+            raise ReclaimUnavailableError("index directory or files not writable: logical level only",
+                                          store=self.store)
+        evidence = self.faiss.rebuild(self._ids(artifacts))
+        evidence["steps"] = ["rebuild IndexHNSWFlat from survivors (same M, efConstruction, efSearch, metric)",
+                             "write new generation (temp, fsync, rename)", "switch CURRENT", "delete old generation"]
+        return evidence
+
+    def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
+        store = self.faiss
+        probe_vectors = probe_vectors or {}
+        dim, total = store.index.d, store.index.ntotal
+        id_of = store._id_of()
+
+        def raw(vectors: np.ndarray, k: int):
+            _, labels = store.raw_search(vectors, k)
+            ids = [[id_of.get(label) for label in row if label >= 0] for row in labels.tolist()]
+            return ids, [self._candidates(row) for row in ids]
+
+        def wrapped(vectors: np.ndarray, k: int):
+            ids = [[aid for aid, _ in row] for row in store.search(query_embeddings=vectors, k=k)]
+            return ids, [self._candidates(row) for row in ids]
+
+        results = {}
+        for art in artifacts:
+            aid = art.artifact_id
+            paths = {
+                "raw.sidecar(id)": aid in store.side["labels"],
+                "wrapper.get(ids)": aid in store.get(ids=[aid]),
+                "wrapper.get()": aid in store.get(),
+            }
+            queries = [(label, fit_dim(v, dim)) for label, v in probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)]
+            paths.update(nearest_paths(aid, queries, {"raw": raw, "wrapper": wrapped}, min(TOP_K, total)))
+            returned = sorted(p for p, hit in paths.items() if hit)
+            results[aid] = ProbeResult(
+                level=Level.LOGICAL,
+                passed=not returned,
+                measurement=f"returned by {', '.join(returned)}" if returned else None,
+                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)},
+            )
+        return results
+
+    def _candidates(self, ids: list[str | None]) -> np.ndarray:
+        known = [i for i in ids if i is not None and i in self.faiss.side["labels"]]
+        if len(known) != len(ids):
+            return np.zeros((0, self.faiss.index.d), dtype=np.float32)
+        return self.faiss.vectors(known)
+
+    def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
+        patterns = super().physical_patterns(artifact)
+        escaped = json.dumps(artifact.artifact_id, ensure_ascii=False)[1:-1].encode("utf-8")
+        if escaped != patterns["id"]:
+            patterns["id_json"] = escaped  # how the sidecar spells an id with quotes or backslashes
+        return patterns
+
+    def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
+        if not self.writable:
+            raise PhysicalUnsupportedError("index not writable, so it cannot be rebuilt: logical level only",
+                                           store=self.store)
+        return super().probe_physical(artifacts)
+
+    def physical_files(self) -> list[Path]:
+        if not os.access(self.faiss.dir, os.R_OK | os.X_OK):
+            raise PhysicalUnsupportedError(f"store directory {self.faiss.dir} is not readable", store=self.store)
+        return self.faiss.files()

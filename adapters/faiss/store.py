@@ -1,0 +1,282 @@
+"""A FAISS store: ``IndexHNSWFlat`` inside ``IndexIDMap2``, persisted as an index file plus a sidecar.
+
+Layout of the store directory::
+
+    CURRENT                 {"generation": N}: the only file rewritten in place (atomically)
+    index-<N>.faiss         faiss.write_index of the IndexIDMap2
+    sidecar-<N>.json        string id → int64 label, next label, excluded labels, documents, metadata
+
+A commit writes generation N+1 in full (temp file, fsync, rename), then switches CURRENT, then
+deletes every other generation. A crash before the switch leaves N intact; after it, N+1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.errors import StoreUnavailableError
+from tombstone.lineage.db import LineageDB
+
+BACKEND = "faiss"
+_METRICS = {"l2": faiss.METRIC_L2, "ip": faiss.METRIC_INNER_PRODUCT}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class FaissStore:
+    """The persisted store. ``lineage`` + ``embedder`` make it the capturing wrapper apps write through."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        dim: int | None = None,
+        m: int = 32,
+        ef_construction: int = 40,
+        ef_search: int = 64,
+        metric: str = "l2",
+        lineage: LineageDB | None = None,
+        store: str = BACKEND,
+        embedder: Embedder | None = None,
+        create: bool = True,
+    ) -> None:
+        self.dir = Path(directory)
+        self.lineage, self.store, self.embedder = lineage, store, embedder
+        if (self.dir / "CURRENT").is_file():
+            self._load()
+        elif create:
+            if dim is None:
+                raise ValueError("a new FAISS store needs dim=")
+            if metric not in _METRICS:
+                raise ValueError(f"metric must be one of {sorted(_METRICS)}")
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.index = self._new_index(dim, m, ef_construction, ef_search, _METRICS[metric])
+            self.generation = 0
+            self.side: dict[str, Any] = {"next_label": 0, "labels": {}, "excluded": [], "records": {}}
+            self.commit()
+        else:
+            raise StoreUnavailableError(f"no FAISS store at {self.dir}", store=store, retryable=False)
+
+    # -- persistence --------------------------------------------------------------------------
+
+    @staticmethod
+    def _new_index(dim: int, m: int, ef_construction: int, ef_search: int, metric: int) -> Any:
+        base = faiss.IndexHNSWFlat(dim, m, metric)
+        base.hnsw.efConstruction = ef_construction
+        base.hnsw.efSearch = ef_search
+        return faiss.IndexIDMap2(base)
+
+    def _load(self) -> None:
+        try:
+            self.generation = json.loads((self.dir / "CURRENT").read_text())["generation"]
+            self.index = faiss.read_index(str(self.index_path))
+            self.side = json.loads(self.sidecar_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
+
+    def refresh(self) -> None:
+        """Reload if another process (or the adapter) committed a newer generation. One writer at a time."""
+        try:
+            current = json.loads((self.dir / "CURRENT").read_text())["generation"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise StoreUnavailableError(f"cannot read {self.dir / 'CURRENT'}: {exc}", store=self.store) from exc
+        if current != self.generation:
+            self._load()
+
+    @property
+    def index_path(self) -> Path:
+        return self.dir / f"index-{self.generation:06d}.faiss"
+
+    @property
+    def sidecar_path(self) -> Path:
+        return self.dir / f"sidecar-{self.generation:06d}.json"
+
+    @property
+    def hnsw(self) -> Any:
+        return faiss.downcast_index(self.index.index)
+
+    def commit(self) -> None:
+        """Persist the index and sidecar as a new generation, atomically, and drop the old ones."""
+        self.generation += 1
+        try:
+            _write_atomic(self.index_path, faiss.serialize_index(self.index).tobytes())
+            _write_atomic(self.sidecar_path, json.dumps(self.side, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+            _write_atomic(self.dir / "CURRENT", json.dumps({"generation": self.generation}).encode())
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot write FAISS store {self.dir}: {exc.strerror or exc}",
+                                        store=self.store) from exc
+        keep = {self.index_path.name, self.sidecar_path.name, "CURRENT"}
+        for path in self.dir.iterdir():
+            if path.is_file() and path.name not in keep:
+                path.unlink()
+
+    def files(self) -> list[Path]:
+        return sorted(p for p in self.dir.iterdir() if p.is_file())
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def add(self, ids: Sequence[str], documents=None, metadatas=None, embeddings=None, *, subject=None) -> None:
+        """Add records. With a lineage db, ``subject`` is required and lineage is written first."""
+        self.refresh()
+        ids = [str(i) for i in ids]
+        if any(i in self.side["labels"] for i in ids) or len(set(ids)) != len(ids):
+            raise ValueError("ids must be new and distinct")
+        if self.lineage is not None:
+            if subject is None or self.embedder is None:
+                raise ValueError("the wrapper needs subject= and an embedder")
+            cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
+                                  documents=documents, embeddings=embeddings)
+            # Lineage first: assume the store write will fail.
+            self.lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+            vectors = cap.vectors
+        elif embeddings is not None:
+            vectors = np.asarray(embeddings, dtype=np.float32)
+        else:
+            vectors = embed(self.embedder, list(documents))
+        start = self.side["next_label"]
+        labels = np.arange(start, start + len(ids), dtype=np.int64)
+        self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), labels)
+        docs = list(documents) if documents is not None else [None] * len(ids)
+        metas = list(metadatas) if metadatas is not None else [None] * len(ids)
+        for i, label, doc, meta in zip(ids, labels.tolist(), docs, metas):
+            self.side["labels"][i] = label
+            self.side["records"][i] = {"document": doc, "metadata": meta or {}}
+        self.side["next_label"] = start + len(ids)
+        self.commit()
+
+    # -- reads (every one hides excluded records) ---------------------------------------------
+
+    def _excluded(self) -> set[int]:
+        return set(self.side["excluded"])
+
+    def _visible_id(self, artifact_id: str) -> bool:
+        label = self.side["labels"].get(artifact_id)
+        return label is not None and label not in self._excluded()
+
+    def get(self, ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None) -> dict[str, dict]:
+        """Records by id and/or metadata equality, excluded ones hidden: ``{id: {"document", "metadata"}}``."""
+        self.refresh()
+        candidates = list(ids) if ids is not None else list(self.side["records"])
+        out = {}
+        for i in candidates:
+            rec = self.side["records"].get(i)
+            if rec is None or not self._visible_id(i):
+                continue
+            if where and any(rec["metadata"].get(k) != v for k, v in where.items()):
+                continue
+            out[i] = rec
+        return out
+
+    def count(self) -> int:
+        return len(self.get())
+
+    def _id_of(self) -> dict[int, str]:
+        return {label: i for i, label in self.side["labels"].items()}
+
+    def raw_search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The index's own search: no exclusion, labels as stored."""
+        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+
+    def search(self, query_embeddings=None, query_texts=None, k: int = 10, where=None) -> list[list[tuple[str, float]]]:
+        """Nearest records per query as (id, distance), excluded and filtered-out records never returned.
+
+        HNSW with an ID selector can return fewer than k; the search over-fetches until it has k
+        visible results or has seen every record.
+        """
+        self.refresh()
+        if query_texts is not None:
+            query_embeddings = embed(self.embedder, list(query_texts))
+        queries = np.ascontiguousarray(np.asarray(query_embeddings, dtype=np.float32).reshape(-1, self.index.d))
+        total = self.index.ntotal
+        excluded = self._excluded()
+        params = None
+        if excluded:
+            selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(excluded, dtype=np.int64)))
+            params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.hnsw.hnsw.efSearch, k))
+        id_of = self._id_of()
+        results = []
+        for q in queries:
+            fetch = min(total, max(k, 1) * 2)
+            while True:
+                dist, labels = self.index.search(q[None, :], fetch, params=params) if fetch else (np.zeros((1, 0)), np.zeros((1, 0), dtype=np.int64))
+                hits = []
+                for d, label in zip(dist[0].tolist(), labels[0].tolist()):
+                    aid = id_of.get(label)
+                    if label < 0 or aid is None or label in excluded:
+                        continue  # post-filter: never trust the selector alone
+                    meta = self.side["records"][aid]["metadata"]
+                    if where and any(meta.get(key) != v for key, v in where.items()):
+                        continue
+                    hits.append((aid, float(d)))
+                if len(hits) >= k or fetch >= total:
+                    results.append(hits[:k])
+                    break
+                fetch = min(total, fetch * 4)
+        return results
+
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        labels = [self.side["labels"][i] for i in ids]
+        if not labels:
+            return np.zeros((0, self.index.d), dtype=np.float32)
+        return np.stack([self.index.reconstruct(int(label)) for label in labels])
+
+    # -- used by the adapter ------------------------------------------------------------------
+
+    def exclude(self, ids: Sequence[str]) -> int:
+        self.refresh()
+        labels = {self.side["labels"][i] for i in ids if i in self.side["labels"]}
+        new = labels - self._excluded()
+        if new:
+            self.side["excluded"] = sorted(self._excluded() | new)
+            self.commit()
+        return len(labels)
+
+    def drop_mapping(self, ids: Sequence[str]) -> int:
+        """What an app can do when ``remove_ids`` fails on HNSW: forget the id; the vector stays."""
+        self.refresh()
+        dropped = 0
+        for i in ids:
+            if self.side["labels"].pop(i, None) is not None:
+                self.side["records"].pop(i, None)
+                dropped += 1
+        if dropped:
+            self.commit()
+        return dropped
+
+    def rebuild(self, erase: Sequence[str]) -> dict[str, Any]:
+        """Rebuild the index from the survivors with the same parameters; commit atomically."""
+        self.refresh()
+        erase_set = set(erase)
+        erased_labels = {label for i, label in self.side["labels"].items() if i in erase_set}
+        survivors = sorted((label, i) for i, label in self.side["labels"].items() if i not in erase_set)
+        old = self.hnsw
+        fresh = self._new_index(self.index.d, old.hnsw.nb_neighbors(1), old.hnsw.efConstruction,
+                                old.hnsw.efSearch, old.metric_type)
+        if survivors:
+            labels = np.array([label for label, _ in survivors], dtype=np.int64)
+            vectors = np.stack([self.index.reconstruct(int(label)) for label in labels])
+            fresh.add_with_ids(vectors, labels)
+        before = self.index.ntotal
+        self.index = fresh
+        for i in erase_set:
+            self.side["labels"].pop(i, None)
+            self.side["records"].pop(i, None)
+        # Labels no id maps to any more (the app dropped the mapping) are not survivors either.
+        self.side["excluded"] = sorted(self._excluded() - erased_labels & set(self.side["labels"].values()))
+        self.commit()
+        return {"vectors_before": before, "vectors_after": fresh.ntotal, "survivors": len(survivors)}

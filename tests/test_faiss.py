@@ -1,0 +1,188 @@
+"""FAISS (IndexHNSWFlat in IndexIDMap2) against real index files: conformance, control, rebuild, end to end."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tombstone import Tombstone, init_deployment
+from tombstone.capture import HashingEmbedder
+from tombstone.lineage.db import fingerprint_bytes
+from tombstone.testing import AdapterConformance, ConformanceEnv
+from tombstone_adapters.faiss import FaissStore
+from tombstone_adapters.faiss.adapter import FaissAdapter
+
+from conftest import FrozenClock
+
+DIM = 64
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+
+
+def text(seed: str, n: int = 30) -> str:
+    rng = np.random.default_rng(zlib.crc32(seed.encode()))
+    return f"{seed}: " + " ".join(rng.choice(WORDS, n))
+
+
+@pytest.fixture
+def ftomb(tmp_path):
+    config = init_deployment(tmp_path / "deploy", {"vec": {"backend": "faiss", "path": "stores/vec"}})
+    FaissStore(config.stores["vec"].options["path"], dim=DIM, ef_search=128)
+    with Tombstone(config, clock=FrozenClock()) as tomb:
+        yield tomb
+
+
+def app_store(tomb) -> FaissStore:
+    return FaissStore(tomb.config.stores["vec"].options["path"], lineage=tomb.lineage, store="vec",
+                      embedder=HashingEmbedder(DIM))
+
+
+def write(tomb, subject: str, n: int, *, start: int = 0, texts=None) -> list[str]:
+    ids = [f"{subject}-vec-{start + i:05d}" for i in range(n)]
+    app_store(tomb).add(ids, documents=texts or [text(f"{subject}-{start + i}") for i in range(n)],
+                        metadatas=[{"n": start + i} for i in range(n)], subject=subject)
+    return ids
+
+
+def store_dir(tomb) -> Path:
+    return Path(tomb.config.stores["vec"].options["path"])
+
+
+def scan(directory: Path, pattern: bytes) -> list[str]:
+    """Independent byte scan, no Tombstone code."""
+    return sorted(p.name for p in directory.iterdir() if p.is_file() and pattern in p.read_bytes())
+
+
+def snapshot(tomb, queries=None, k=5):
+    s = FaissStore(store_dir(tomb), create=False)
+    recs = s.get()
+    vecs = s.vectors(list(recs))
+    snap = {i: (r["document"], r["metadata"], v.tobytes()) for (i, r), v in zip(recs.items(), vecs)}
+    if queries is None:
+        return snap
+    return snap, s.search(query_embeddings=queries, k=k)
+
+
+class TestFaissConformance(AdapterConformance):
+    @pytest.fixture
+    def conformance_env(self, ftomb):
+        counter = iter(range(0, 100_000, 100))
+
+        def write_records(subject, n):
+            return [ftomb.lineage.artifact("vec", i) for i in write(ftomb, subject, n, start=next(counter))]
+
+        def visible(ids):
+            s = FaissStore(store_dir(ftomb), create=False)
+            found = set(s.get(ids=list(ids))) | set(s.get())
+            q = s.vectors([i for i in ids if i in s.side["labels"]])
+            if len(q):
+                found |= {aid for row in s.search(query_embeddings=q, k=10) for aid, _ in row}
+            return found & set(ids)
+
+        return ConformanceEnv(adapter=FaissAdapter("vec", ftomb.config.stores["vec"].options), write=write_records,
+                              survivors=lambda: snapshot(ftomb), visible=visible)
+
+
+def test_hnsw_cannot_remove_and_native_delete_leaves_vectors(ftomb):
+    """Control: remove_ids is unsupported on IndexHNSWFlat; dropping the mapping leaves the vector bytes."""
+    mine = write(ftomb, "alice", 3)
+    write(ftomb, "bob", 5)
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    with pytest.raises(RuntimeError):
+        adapter.faiss.index.remove_ids(np.array([0], dtype=np.int64))
+    before = adapter.probe_physical(arts)
+    assert all(r.id_found and r.content_found for r in before.values())
+    adapter.native_delete(arts)
+    after = adapter.probe_physical(arts)
+    assert all(not r.id_found and r.content_found and not r.passed for r in after.values())
+    assert scan(store_dir(ftomb), fingerprint_bytes(arts[0].fingerprint))[0].startswith("index-")
+    receipt, _ = ftomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    for art in arts:
+        assert scan(store_dir(ftomb), art.artifact_id.encode()) == []
+        assert scan(store_dir(ftomb), fingerprint_bytes(art.fingerprint)) == []
+
+
+def test_suppressed_never_returned_and_search_still_gives_k(ftomb):
+    mine = write(ftomb, "alice", 10, texts=[text("shared query words")] * 10)
+    theirs = write(ftomb, "bob", 20)
+    FaissAdapter("vec", ftomb.config.stores["vec"].options).suppress([ftomb.lineage.artifact("vec", i) for i in mine])
+    s = app_store(ftomb)
+    hits = s.search(query_texts=[text("shared query words")], k=8)[0]
+    assert len(hits) == 8 and not {a for a, _ in hits} & set(mine)
+    assert not set(s.get(ids=mine)) and set(s.get(ids=theirs)) == set(theirs)
+    assert not set(s.get(where={"n": 0})) & set(mine) and s.count() == 20
+    assert s.search(query_texts=[text("x")], k=5, where={"n": 3})[0][0][0] == theirs[3]
+
+
+def test_rebuild_keeps_survivors_and_search_results(ftomb):
+    mine = write(ftomb, "alice", 5)
+    theirs = write(ftomb, "bob", 60)
+    queries = HashingEmbedder(DIM)([text(f"bob-{i}") for i in range(8)])
+    before_snap, _ = snapshot(ftomb, queries)
+    receipt, _ = ftomb.erase("alice")
+    after_snap, after_hits = snapshot(ftomb, queries)
+    assert after_snap == {k: v for k, v in before_snap.items() if k in theirs}
+    # same queries, same answers over the survivors (exact: efSearch covers the whole small graph)
+    exact = FaissStore(store_dir(ftomb), create=False)
+    for q, hits in zip(queries, after_hits):
+        vecs = exact.vectors(theirs)
+        order = np.argsort(((vecs - q) ** 2).sum(1))[:5]
+        assert [a for a, _ in hits] == [theirs[i] for i in order]
+    assert receipt["summary"]["VERIFIED"] == 5
+    assert len(list(store_dir(ftomb).iterdir())) == 3, "old generations must be deleted"
+
+
+def test_kill_before_switch_keeps_old_generation(ftomb, monkeypatch):
+    mine = write(ftomb, "alice", 2)
+    write(ftomb, "bob", 10)
+    before = snapshot(ftomb)
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    import tombstone_adapters.faiss.store as store_module
+
+    real = store_module._write_atomic
+
+    def dies_on_current(path, data):
+        if path.name == "CURRENT":
+            raise KeyboardInterrupt  # stands in for the process dying
+        real(path, data)
+
+    monkeypatch.setattr(store_module, "_write_atomic", dies_on_current)
+    with pytest.raises(KeyboardInterrupt):
+        adapter.reclaim([ftomb.lineage.artifact("vec", i) for i in mine])
+    monkeypatch.undo()
+    assert snapshot(ftomb) == before, "a killed rebuild must leave the committed generation intact"
+    fresh = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    fresh.reclaim([ftomb.lineage.artifact("vec", i) for i in mine])
+    assert snapshot(ftomb) == {k: v for k, v in before.items() if k not in mine}
+
+
+def test_not_writable_is_logical_only(ftomb, monkeypatch):
+    """An index that cannot be rewritten cannot be reclaimed. The wrapper still hides the records, but
+    the index's own search still returns them, so the receipt says RESIDUAL(logical) naming that path,
+    the reclaim says why it was skipped and the physical probe refuses rather than claim anything.
+    (Tests run as root, for whom permissions do not deny writes, so the access check is simulated.)"""
+    mine = write(ftomb, "alice", 2)
+    import tombstone_adapters.faiss.adapter as mod
+
+    monkeypatch.setattr(mod.os, "access", lambda p, m: not (m & mod.os.W_OK))
+    receipt, _ = ftomb.erase("alice")
+    for art in receipt["artifacts"]:
+        assert (art["status"], art["level"]) == ("RESIDUAL", "logical")
+        assert "raw." in art["measurement"] and "wrapper." not in art["measurement"]
+        assert "not writable" in art["evidence"]["reclaim"]["skipped"]
+        assert "logical level only" in art["evidence"]["probes"][1]["detail"]["why"]
+    assert not set(app_store(ftomb).get(ids=mine))
+
+
+def test_id_with_quotes_is_found_in_its_json_spelling(ftomb):
+    s = app_store(ftomb)
+    s.add(['odd "quoted" \\id-0001'], documents=[text("odd")], subject="carol")
+    art = ftomb.lineage.artifact("vec", 'odd "quoted" \\id-0001')
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    assert adapter.probe_physical([art])[art.artifact_id].id_found
+    receipt, _ = ftomb.erase("carol")
+    assert receipt["artifacts"][0]["status"] == "VERIFIED"
