@@ -1,0 +1,14 @@
+"""Qdrant local-mode backend: the ``TombstoneQdrant`` wrapper apps use, and its adapter."""
+
+from .wrapper import SUPPRESSED, TombstoneQdrant, merge_filter, point_id
+
+__all__ = ["QdrantAdapter", "SUPPRESSED", "TombstoneQdrant", "close_local_clients", "local_client",
+           "merge_filter", "point_id"]
+
+
+def __getattr__(name: str):
+    if name in ("QdrantAdapter", "local_client", "close_local_clients"):
+        from . import adapter
+
+        return getattr(adapter, name)
+    raise AttributeError(name)

@@ -1,0 +1,273 @@
+"""Adapter for Qdrant local mode (``QdrantClient(path=...)``): payload flag, rewrite + VACUUM, byte scan."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sqlite3
+import struct
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qdrant_client import QdrantClient, models
+from qdrant_client.local.persistence import CollectionPersistence
+from qdrant_client.local.utils import normalize_point_id
+
+from tombstone.contract import Adapter, Capability, ProbeResult
+from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.lineage.db import ArtifactRecord
+from tombstone.verify.levels import Level
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+
+from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneQdrant, point_id
+
+REWRITE_SUFFIX = "-tombstone-rewrite"
+MARKER = ".tombstone-rewrite.json"
+_PAGE = 256
+_clients: dict[str, QdrantClient] = {}
+
+
+def local_client(path: str | os.PathLike[str]) -> QdrantClient:
+    """The process's client for a local-mode directory. Local mode locks its directory to one client,
+    so an app and Tombstone in the same process must share it."""
+    key = str(Path(path).resolve())
+    client = _clients.get(key)
+    if client is None or client._client.closed:
+        try:
+            client = QdrantClient(path=key)
+        except RuntimeError as exc:
+            raise StoreUnavailableError(f"qdrant: {exc}", store=str(path)) from exc
+        _clients[key] = client
+    return client
+
+
+def close_local_clients() -> None:
+    for client in _clients.values():
+        client.close()
+    _clients.clear()
+
+
+def pickled_floats(values: Sequence[float]) -> bytes:
+    """How pickle writes a list of floats: one BINFLOAT opcode (``G`` + big-endian float64) each."""
+    return b"".join(b"G" + struct.pack(">d", float(x)) for x in values)
+
+
+class QdrantAdapter(Adapter):
+    """Options: ``path`` (the local-mode directory) and ``collection``."""
+
+    backend = BACKEND
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
+    levels = (Level.LOGICAL, Level.PHYSICAL)
+
+    def __init__(self, store: str, options: Mapping[str, Any]) -> None:
+        super().__init__(store, options)
+        if "path" not in options or "collection" not in options:
+            raise ConfigError(f"store {store!r}: the qdrant backend needs path = \"...\" and collection = \"...\"")
+        self.path = Path(options["path"])
+        self.name = str(options["collection"])
+        if not (self.path / "meta.json").is_file():
+            raise StoreUnavailableError(f"no Qdrant local-mode directory at {self.path}", store=store, retryable=False)
+        self.client = local_client(self.path)
+        self._finish_rewrite()
+        if not self.client.collection_exists(self.name):
+            raise StoreUnavailableError(f"no collection {self.name!r} in {self.path}", store=store, retryable=False)
+
+    def view(self) -> TombstoneQdrant:
+        return TombstoneQdrant(self.client, self.name, lineage=None, store=self.store)
+
+    def _present(self, artifacts: Sequence[ArtifactRecord]) -> list[str]:
+        ids = [point_id(a.artifact_id) for a in artifacts]
+        found = []
+        for start in range(0, len(ids), _PAGE):
+            found += [str(p.id) for p in self.client.retrieve(self.name, ids=ids[start : start + _PAGE],
+                                                              with_payload=False)]
+        return found
+
+    # -- suppress / delete --------------------------------------------------------------------
+
+    def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        present = self._present(artifacts)
+        if present:
+            self.client.set_payload(self.name, payload={SUPPRESSED: True}, points=present)
+        return {"mechanism": f"payload {SUPPRESSED}=true + must_not filter + post-filter on every wrapper read path",
+                "points_flagged": len(present)}
+
+    def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
+        present = self._present(artifacts)
+        if present:
+            self.client.delete(self.name, points_selector=models.PointIdsList(points=present))
+
+    # -- reclaim ------------------------------------------------------------------------------
+
+    def _storage_connection(self, collection: str) -> sqlite3.Connection | None:
+        """Qdrant's own sqlite connection for a collection (local mode internals), for its settings."""
+        local = getattr(self.client, "_client", None)
+        coll = getattr(local, "collections", {}).get(collection)
+        storage = getattr(coll, "storage", None)
+        return getattr(storage, "storage", None)
+
+    def secure_delete_in_force(self) -> bool | None:
+        conn = self._storage_connection(self.name)
+        return bool(conn.execute("PRAGMA secure_delete").fetchone()[0]) if conn is not None else None
+
+    def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        present = self._present(artifacts)
+        secure_delete = self.secure_delete_in_force()
+        if present:
+            self.client.delete(self.name, points_selector=models.PointIdsList(points=present))
+        rewrite = self._rewrite()
+        return {
+            "steps": ["delete", "rewrite the collection from survivors", "VACUUM every sqlite file"],
+            "deleted": len(present),
+            "secure_delete_at_delete": secure_delete,
+            "rewrite": rewrite,
+            "vacuumed": self._vacuum_all(),
+        }
+
+    def _stored_points(self, collection: str) -> list[models.PointStruct]:
+        """Points exactly as persisted (raw vectors; the in-memory copy of a cosine collection is normalised)."""
+        location = self.path / "collection" / collection / "storage.sqlite"
+        conn = sqlite3.connect(location)
+        try:
+            rows = conn.execute("SELECT point FROM points ORDER BY rowid").fetchall()
+        finally:
+            conn.close()
+        latest: dict[Any, models.PointStruct] = {}
+        for (blob,) in rows:
+            point = pickle.loads(blob)
+            latest[normalize_point_id(point.id)] = point
+        return list(latest.values())
+
+    def _copy(self, source: str, target: str) -> int:
+        info = self.client.get_collection(source)
+        if self.client.collection_exists(target):
+            self.client.delete_collection(target)
+        self.client.create_collection(target, vectors_config=info.config.params.vectors,
+                                      sparse_vectors_config=info.config.params.sparse_vectors)
+        points = self._stored_points(source)
+        for start in range(0, len(points), _PAGE):
+            self.client.upsert(target, points=points[start : start + _PAGE])
+        copied = self.client.count(target, exact=True).count
+        if copied != len(points):
+            raise StoreUnavailableError(f"qdrant rewrite copied {copied} of {len(points)} points", store=self.store)
+        return copied
+
+    def _marker(self, phase: str | None) -> None:
+        path = self.path / MARKER
+        if phase is None:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_name(MARKER + ".tmp")
+        tmp.write_text(json.dumps({"collection": self.name, "phase": phase}))
+        os.replace(tmp, path)
+
+    def _rewrite(self) -> dict[str, Any]:
+        """Copy survivors out to a staging collection, drop and recreate the original, copy them back.
+
+        A marker file names the phase, so a kill at any point resumes without losing a survivor:
+        while copying out, the original is intact; while copying back, the staging copy is complete.
+        """
+        tmp = self.name + REWRITE_SUFFIX
+        self._marker("copy-out")
+        survivors = self._copy(self.name, tmp)
+        self._marker("copy-back")
+        self._copy(tmp, self.name)
+        self.client.delete_collection(tmp)
+        self._marker(None)
+        return {"survivors": survivors}
+
+    def _finish_rewrite(self) -> None:
+        path = self.path / MARKER
+        if not path.is_file():
+            return
+        state = json.loads(path.read_text())
+        if state.get("collection") != self.name:
+            return
+        tmp = self.name + REWRITE_SUFFIX
+        if state["phase"] == "copy-back" and self.client.collection_exists(tmp):
+            self._copy(tmp, self.name)
+        if self.client.collection_exists(tmp):
+            self.client.delete_collection(tmp)
+        self._marker(None)
+
+    def _vacuum_all(self) -> list[str]:
+        done = []
+        for db in sorted(self.path.glob("collection/*/storage.sqlite")):
+            conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+            try:
+                conn.execute("VACUUM")
+            except sqlite3.DatabaseError as exc:
+                raise StoreUnavailableError(f"VACUUM of {db} failed: {exc}", store=self.store) from exc
+            finally:
+                conn.close()
+            done.append(str(db.relative_to(self.path)))
+        return done
+
+    # -- probes -------------------------------------------------------------------------------
+
+    def _searcher(self, target, raw: bool):
+        def search(vectors: np.ndarray, k: int):
+            ids, cands = [], []
+            for v in vectors:
+                if raw:
+                    pts = self.client.query_points(self.name, query=v.tolist(), limit=k, with_payload=True,
+                                                   with_vectors=True).points
+                else:
+                    pts = target.query_points(v.tolist(), limit=k, with_vectors=True)
+                ids.append([(p.payload or {}).get(ID_KEY) for p in pts])
+                cands.append(np.asarray([p.vector for p in pts], dtype=np.float32))
+            return ids, cands
+
+        return search
+
+    def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
+        view = self.view()
+        probe_vectors = probe_vectors or {}
+        info = self.client.get_collection(self.name)
+        params = info.config.params.vectors
+        dim = params.size if isinstance(params, models.VectorParams) else None
+        total = self.client.count(self.name, exact=True).count
+        searchers = {"raw": self._searcher(None, True), "wrapper": self._searcher(view, False)}
+        results = {}
+        for art in artifacts:
+            aid = art.artifact_id
+            by_id = models.Filter(must=[models.FieldCondition(key=ID_KEY, match=models.MatchValue(value=aid))])
+            paths = {
+                "raw.retrieve": bool(self.client.retrieve(self.name, ids=[point_id(aid)])),
+                "raw.scroll(where id)": bool(self.client.scroll(self.name, scroll_filter=by_id, limit=1)[0]),
+                "wrapper.retrieve": bool(view.retrieve([aid])),
+                "wrapper.scroll(where id)": bool(view.scroll(scroll_filter=by_id, limit=1)[0]),
+                "wrapper.count(where id)": view.count(by_id) > 0,
+            }
+            queries = [(label, fit_dim(v, dim)) for label, v in
+                       probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []
+            paths.update(nearest_paths(aid, queries, searchers, min(TOP_K, total)))
+            returned = sorted(p for p, hit in paths.items() if hit)
+            results[aid] = ProbeResult(
+                level=Level.LOGICAL,
+                passed=not returned,
+                measurement=f"returned by {', '.join(returned)}" if returned else None,
+                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)},
+            )
+        return results
+
+    def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
+        patterns = super().physical_patterns(artifact)
+        pid = point_id(artifact.artifact_id)
+        patterns["id_point_uuid"] = pid.encode()
+        patterns["id_storage_key"] = CollectionPersistence.encode_key(normalize_point_id(pid)).encode()
+        if artifact.fingerprint is not None:
+            # local mode pickles the vector as a list of Python floats: big-endian float64 per value
+            patterns["content_pickled"] = pickled_floats(artifact.fingerprint)
+        return patterns
+
+    def physical_files(self) -> list[Path]:
+        if not os.access(self.path, os.R_OK | os.X_OK):
+            raise PhysicalUnsupportedError(f"storage directory {self.path} is not readable", store=self.store)
+        return sorted(p for p in self.path.rglob("*") if p.is_file() and p.name != ".lock")
+
+    def close(self) -> None:
+        """The shared local-mode client stays open for the rest of the process (see ``local_client``)."""

@@ -1,0 +1,114 @@
+"""The Qdrant (local mode) collection wrapper apps write and read through.
+
+Qdrant point ids must be integers or UUIDs, so the wrapper gives each artifact the point id
+``uuid5(NAMESPACE, artifact_id)`` and keeps the artifact id in the payload (``tombstone_id``).
+Every read path — ``query_points``/``search``, ``scroll``, ``retrieve``, ``count`` — merges a
+``must_not`` condition on the suppression flag into the caller's filter and post-filters results.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from qdrant_client import models
+
+from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.lineage.db import LineageDB
+
+BACKEND = "qdrant"
+SUPPRESSED = "tombstone_suppressed"
+ID_KEY = "tombstone_id"
+DOCUMENT_KEY = "document"
+NAMESPACE = uuid.UUID("3d6f0a57-2b8e-4c1e-9a43-7d5b0c2e9f14")
+
+
+def point_id(artifact_id: str) -> str:
+    """The Qdrant point id of an artifact."""
+    return str(uuid.uuid5(NAMESPACE, artifact_id))
+
+
+def hidden() -> models.FieldCondition:
+    return models.FieldCondition(key=SUPPRESSED, match=models.MatchValue(value=True))
+
+
+def merge_filter(caller: models.Filter | None) -> models.Filter:
+    """The caller's filter with ``must_not: suppressed = true`` added (points without the flag pass)."""
+    if caller is None:
+        return models.Filter(must_not=[hidden()])
+    merged = caller.model_copy(deep=True)
+    merged.must_not = list(merged.must_not or []) + [hidden()]
+    return merged
+
+
+def _visible(payload: dict | None) -> bool:
+    return not (payload or {}).get(SUPPRESSED)
+
+
+class TombstoneQdrant:
+    """A Qdrant collection, wrapped. ``lineage=None`` gives a read-only view (no capture)."""
+
+    def __init__(self, client: Any, collection: str, *, lineage: LineageDB | None, store: str,
+                 embedder: Embedder | None = None) -> None:
+        self.client, self.collection = client, collection
+        self.lineage, self.store, self.embedder = lineage, store, embedder
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def upsert(self, ids: Sequence[str], documents=None, payloads=None, vectors=None, *, subject) -> None:
+        """Write points for ``subject``; ``ids`` are artifact ids (strings)."""
+        if self.lineage is None or self.embedder is None:
+            raise ValueError("this wrapper was opened read-only (no lineage db or embedder)")
+        ids = [str(i) for i in ids]
+        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
+                              documents=documents, embeddings=vectors)
+        # Lineage first: assume the store write will fail.
+        self.lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+        docs = list(documents) if documents is not None else [None] * len(ids)
+        extra = list(payloads) if payloads is not None else [None] * len(ids)
+        points = []
+        for aid, vec, doc, more in zip(ids, cap.vectors, docs, extra):
+            payload = {k: v for k, v in (more or {}).items() if k != SUPPRESSED}
+            payload[ID_KEY] = aid
+            if doc is not None:
+                payload[DOCUMENT_KEY] = doc
+            points.append(models.PointStruct(id=point_id(aid), vector=vec.tolist(), payload=payload))
+        self.client.upsert(self.collection, points=points)
+
+    # -- reads (every one hides suppressed points) --------------------------------------------
+
+    def query_points(self, query=None, *, query_text: str | None = None, limit: int = 10,
+                     query_filter: models.Filter | None = None, **kwargs) -> list[models.ScoredPoint]:
+        if query_text is not None:
+            query = embed(self.embedder, [query_text])[0].tolist()
+        kwargs.setdefault("with_payload", True)
+        result = self.client.query_points(self.collection, query=query, limit=limit,
+                                          query_filter=merge_filter(query_filter), **kwargs)
+        return [p for p in result.points if _visible(p.payload)]
+
+    search = query_points
+
+    def scroll(self, scroll_filter: models.Filter | None = None, limit: int = 10, offset=None, **kwargs):
+        kwargs.setdefault("with_payload", True)
+        points, next_offset = self.client.scroll(self.collection, scroll_filter=merge_filter(scroll_filter),
+                                                 limit=limit, offset=offset, **kwargs)
+        return [p for p in points if _visible(p.payload)], next_offset
+
+    def retrieve(self, ids: Sequence[str], **kwargs) -> list[models.Record]:
+        """Points by artifact id."""
+        kwargs["with_payload"] = True
+        points = self.client.retrieve(self.collection, ids=[point_id(i) for i in ids], **kwargs)
+        return [p for p in points if _visible(p.payload)]
+
+    def count(self, count_filter: models.Filter | None = None) -> int:
+        return self.client.count(self.collection, count_filter=merge_filter(count_filter), exact=True).count
+
+    def all_ids(self) -> list[str]:
+        out, offset = [], None
+        while True:
+            points, offset = self.scroll(limit=1000, offset=offset)
+            out += [p.payload[ID_KEY] for p in points if p.payload and ID_KEY in p.payload]
+            if offset is None:
+                return out

@@ -1,0 +1,212 @@
+"""Qdrant local mode against real storage directories: conformance, controls, rewrite, end to end."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import models
+
+from tombstone import Tombstone, init_deployment
+from tombstone.capture import HashingEmbedder
+from tombstone.lineage.db import fingerprint_bytes
+from tombstone.testing import AdapterConformance, ConformanceEnv
+from tombstone_adapters.qdrant import TombstoneQdrant, merge_filter, point_id
+from tombstone_adapters.qdrant.adapter import QdrantAdapter, close_local_clients, local_client, pickled_floats
+
+from conftest import FrozenClock
+
+DIM = 48
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
+
+
+def text(seed: str, n: int = 30) -> str:
+    rng = np.random.default_rng(zlib.crc32(seed.encode()))
+    return f"{seed}: " + " ".join(rng.choice(WORDS, n))
+
+
+@pytest.fixture
+def qtomb(tmp_path):
+    config = init_deployment(tmp_path / "deploy", {"qd": {"backend": "qdrant", "path": "stores/qd",
+                                                          "collection": "chunks"}})
+    client = local_client(config.stores["qd"].options["path"])
+    client.create_collection("chunks", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    with Tombstone(config, clock=FrozenClock()) as tomb:
+        yield tomb
+    close_local_clients()
+
+
+def path_of(tomb) -> Path:
+    return Path(tomb.config.stores["qd"].options["path"])
+
+
+def app(tomb) -> TombstoneQdrant:
+    return TombstoneQdrant(local_client(path_of(tomb)), "chunks", lineage=tomb.lineage, store="qd",
+                           embedder=HashingEmbedder(DIM))
+
+
+def write(tomb, subject: str, n: int, *, start: int = 0, texts=None, vectors=None) -> list[str]:
+    ids = [f"{subject}-pt-{start + i:05d}" for i in range(n)]
+    app(tomb).upsert(ids, documents=texts or [text(f"{subject}-{start + i}") for i in range(n)],
+                     payloads=[{"n": start + i} for i in range(n)], vectors=vectors, subject=subject)
+    return ids
+
+
+def scan(directory: Path, pattern: bytes) -> list[str]:
+    """Independent byte scan, no Tombstone code."""
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file() and pattern in p.read_bytes())
+
+
+def stored(tomb) -> dict:
+    """Every persisted point, decoded from storage.sqlite: {artifact id: (payload, raw vector)}."""
+    conn = sqlite3.connect(path_of(tomb) / "collection" / "chunks" / "storage.sqlite")
+    rows = conn.execute("SELECT point FROM points").fetchall()
+    conn.close()
+    points = [pickle.loads(b) for (b,) in rows]
+    return {p.payload["tombstone_id"]: (p.payload, p.vector) for p in points}
+
+
+def independent_patterns(art) -> list[bytes]:
+    """The artifact's traces, derived with the standard library only: its id, its point uuid, the storage
+    key (base64 of the pickled uuid, protocol 4) and its vector's first values as pickle writes them."""
+    import base64
+    import struct
+
+    uuid_text = point_id(art.artifact_id)
+    return [
+        art.artifact_id.encode(),
+        uuid_text.encode(),
+        base64.b64encode(pickle.dumps(uuid_text, protocol=4)),
+        b"".join(b"G" + struct.pack(">d", x) for x in art.fingerprint[:8]),
+    ]
+
+
+def secure_delete_off(adapter: QdrantAdapter) -> None:
+    # This machine's SQLite zeroes freed cells by default; the control needs upstream's default.
+    adapter._storage_connection("chunks").execute("PRAGMA secure_delete=OFF")
+
+
+class TestQdrantConformance(AdapterConformance):
+    @pytest.fixture
+    def conformance_env(self, qtomb):
+        counter = iter(range(0, 100_000, 100))
+
+        def write_records(subject, n):
+            return [qtomb.lineage.artifact("qd", i) for i in write(qtomb, subject, n, start=next(counter))]
+
+        def visible(ids):
+            view = TombstoneQdrant(local_client(path_of(qtomb)), "chunks", lineage=None, store="qd")
+            return ({p.payload["tombstone_id"] for p in view.retrieve(ids)} | set(view.all_ids())) & set(ids)
+
+        adapter = QdrantAdapter("qd", qtomb.config.stores["qd"].options)
+        secure_delete_off(adapter)
+        return ConformanceEnv(adapter=adapter, write=write_records, survivors=lambda: stored(qtomb), visible=visible)
+
+
+def test_merge_filter_keeps_the_callers_conditions():
+    caller = models.Filter(must=[models.FieldCondition(key="n", match=models.MatchValue(value=1))],
+                           must_not=[models.FieldCondition(key="x", match=models.MatchValue(value=2))])
+    merged = merge_filter(caller)
+    assert merged.must == caller.must and len(merged.must_not) == 2
+    assert caller.must_not and len(caller.must_not) == 1, "the caller's filter must not be mutated"
+
+
+def test_every_read_path_hides_suppressed(qtomb):
+    mine = write(qtomb, "alice", 3, texts=[text("shared words here")] * 3)
+    theirs = write(qtomb, "bob", 4)
+    QdrantAdapter("qd", qtomb.config.stores["qd"].options).suppress([qtomb.lineage.artifact("qd", i) for i in mine])
+    view = app(qtomb)
+    by_n = models.Filter(must=[models.FieldCondition(key="n", match=models.MatchAny(any=[0, 1, 2]))])
+    paths = {
+        "query_points": [p.payload["tombstone_id"] for p in view.query_points(query_text=text("shared words here"), limit=10)],
+        "query_points+filter": [p.payload["tombstone_id"] for p in view.query_points(query_text="x", limit=10, query_filter=by_n)],
+        "scroll": [p.payload["tombstone_id"] for p in view.scroll(limit=100)[0]],
+        "scroll+filter": [p.payload["tombstone_id"] for p in view.scroll(scroll_filter=by_n, limit=100)[0]],
+        "retrieve": [p.payload["tombstone_id"] for p in view.retrieve(mine + theirs)],
+    }
+    for name, returned in paths.items():
+        assert not set(returned) & set(mine), f"{name} returned a suppressed point"
+        assert set(returned) & set(theirs), f"{name} returned no survivor: path not exercised"
+    assert view.count() == 4 and view.count(by_n) == 3
+
+
+@pytest.mark.parametrize("secure_delete", [False, True])
+def test_delete_control_then_reclaim(qtomb, secure_delete):
+    """Control: after client.delete the probe finds the point's bytes when secure_delete is off; the setting
+    in force is evidence. After reclaim an independent scan finds no id, uuid or pickled vector."""
+    vectors = (np.random.default_rng(1).normal(size=(4, DIM)) * 2).astype(np.float32)
+    mine = write(qtomb, "alice", 4, vectors=vectors)
+    write(qtomb, "bob", 6)
+    arts = [qtomb.lineage.artifact("qd", i) for i in mine]
+    adapter = QdrantAdapter("qd", qtomb.config.stores["qd"].options)
+    before = adapter.probe_physical(arts)
+    assert all(r.id_found and r.content_found for r in before.values())
+    assert scan(path_of(qtomb), pickled_floats(arts[0].fingerprint)), "vectors are pickled as BINFLOAT"
+    assert not scan(path_of(qtomb), fingerprint_bytes(arts[0].fingerprint)), "not as raw float32"
+    if not secure_delete:
+        secure_delete_off(adapter)
+    assert adapter.secure_delete_in_force() is secure_delete
+    adapter.native_delete(arts)
+    after = adapter.probe_physical(arts)
+    if not secure_delete:
+        assert all(not r.passed and r.id_found for r in after.values()), "control: delete() left nothing"
+        leftovers = [scan(path_of(qtomb), p) for p in independent_patterns(arts[0])]
+        assert any(leftovers), "an independent scan must see what the probe saw"
+    receipt, _ = qtomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["secure_delete_at_delete"] is secure_delete
+    for art in arts:
+        for pattern in independent_patterns(art):
+            assert scan(path_of(qtomb), pattern) == []
+
+
+def test_survivors_identical_and_queries_unchanged(qtomb):
+    vectors = (np.random.default_rng(2).normal(size=(30, DIM)) * 3).astype(np.float32)
+    mine = write(qtomb, "alice", 5)
+    theirs = write(qtomb, "bob", 30, vectors=vectors)
+    before = {k: v for k, v in stored(qtomb).items() if k in theirs}
+    view = app(qtomb)
+    queries = [view.query_points(v.tolist(), limit=5, query_filter=models.Filter(
+        must_not=[models.HasIdCondition(has_id=[point_id(i) for i in mine])])) for v in vectors[:5]]
+    q_before = [[p.payload["tombstone_id"] for p in q] for q in queries]
+    receipt, _ = qtomb.erase("alice")
+    assert receipt["summary"]["VERIFIED"] == 5
+    assert stored(qtomb) == before, "survivors' payloads and persisted vectors must be identical"
+    view = app(qtomb)
+    assert [[p.payload["tombstone_id"] for p in view.query_points(v.tolist(), limit=5)] for v in vectors[:5]] == q_before
+
+
+@pytest.mark.parametrize("phase", ["copy-out", "copy-back"])
+def test_rewrite_killed_midway_loses_no_survivor(qtomb, phase, monkeypatch):
+    mine = write(qtomb, "alice", 3)
+    write(qtomb, "bob", 12)
+    expected = {k: v for k, v in stored(qtomb).items() if k not in mine}
+    arts = [qtomb.lineage.artifact("qd", i) for i in mine]
+    adapter = QdrantAdapter("qd", qtomb.config.stores["qd"].options)
+    real_upsert = adapter.client.upsert
+
+    class Crash(BaseException):
+        pass
+
+    def dying(collection, points, **kw):
+        target = "chunks-tombstone-rewrite" if phase == "copy-out" else "chunks"
+        if collection == target:
+            real_upsert(collection, points=points[: len(points) // 2], **kw)  # half landed
+            raise Crash()
+        return real_upsert(collection, points=points, **kw)
+
+    monkeypatch.setattr(adapter.client, "upsert", dying)
+    with pytest.raises(Crash):
+        adapter.reclaim(arts)
+    monkeypatch.undo()
+    assert (path_of(qtomb) / ".tombstone-rewrite.json").is_file()
+    fresh = QdrantAdapter("qd", qtomb.config.stores["qd"].options)  # finishes the interrupted rewrite
+    assert stored(qtomb) == expected
+    fresh.reclaim(arts)
+    assert stored(qtomb) == expected
+    assert all(r.passed for r in fresh.probe_physical(arts).values())
+    assert not fresh.client.collection_exists("chunks-tombstone-rewrite")
