@@ -46,12 +46,12 @@ def demo_dir(tmp_path):
 def test_demo_layout_and_receipt(demo_dir):
     assert (demo_dir / "tombstone.toml").is_file()
     assert (demo_dir / "lineage.db").is_file()
-    assert (demo_dir / "stores" / "docs" / "docstore.db").is_file()
+    assert (demo_dir / "stores" / "docstore" / "docstore.db").is_file()
     receipt = json.loads((demo_dir / "receipts" / "user-0001.json").read_text())
     assert receipt["subject"] == "user-0001"
     assert receipt["summary"]["VERIFIED"] == 6
     assert {a["backend"] for a in receipt["artifacts"]} == {"chroma", "docstore"}
-    assert (demo_dir / "stores" / "vectors" / "chroma.sqlite3").is_file()
+    assert (demo_dir / "stores" / "chroma" / "chroma.sqlite3").is_file()
     assert (demo_dir / "keys" / "signing.key").stat().st_mode & 0o777 == 0o600
     assert (demo_dir / "keys" / "lineage.secret").stat().st_mode & 0o777 == 0o600
 
@@ -66,7 +66,7 @@ def test_demo_is_deterministic(tmp_path):
 
     rows = []
     for name in ("a", "b"):
-        conn = sqlite3.connect(tmp_path / name / "stores" / "docs" / "docstore.db")
+        conn = sqlite3.connect(tmp_path / name / "stores" / "docstore" / "docstore.db")
         rows.append(conn.execute("SELECT id, text, metadata FROM documents ORDER BY id").fetchall())
         conn.close()
     assert rows[0] == rows[1] and len(rows[0]) == 15
@@ -139,7 +139,7 @@ def test_missing_config(tmp_path):
 def test_unreadable_store_loses_nothing(tmp_path):
     root = tmp_path / "d"
     assert run("demo", "--workdir", str(root), "--erase", "none").exit_code == 0
-    store = root / "stores" / "docs" / "docstore.db"
+    store = root / "stores" / "docstore" / "docstore.db"
     moved = store.with_name("elsewhere.db")
     store.rename(moved)
     err = one_line_error(run("erase", "user-0001", "--config", str(root / "tombstone.toml")), 2)
@@ -227,3 +227,14 @@ def test_unknown_backend_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(contract, "entry_points", lambda group: [broken])
     with pytest.raises(AdapterNotFoundError, match=r"pip install 'tombstone-rag\[pinecone\]'"):
         contract.adapter_class("pinecone")
+
+
+def test_demo_with_every_embedded_backend(tmp_path):
+    root = tmp_path / "all"
+    result = run("demo", "--workdir", str(root), "--backends", "chroma,faiss,qdrant,docstore", "--subjects", "2")
+    assert result.exit_code == 0, result.output
+    receipt = json.loads((root / "receipts" / "user-0001.json").read_text())
+    assert {a["backend"] for a in receipt["artifacts"]} == {"chroma", "faiss", "qdrant", "docstore"}
+    assert receipt["summary"]["VERIFIED"] == 12 and len(receipt["artifacts"]) == 12
+    assert sorted(p.name for p in (root / "stores").iterdir()) == ["chroma", "docstore", "faiss", "qdrant"]
+    assert run("receipt", "verify", str(root / "receipts" / "user-0001.json")).exit_code == 0

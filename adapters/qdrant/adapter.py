@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pickle
@@ -28,6 +29,8 @@ REWRITE_SUFFIX = "-tombstone-rewrite"
 MARKER = ".tombstone-rewrite.json"
 _PAGE = 256
 _clients: dict[str, QdrantClient] = {}
+# Close before the interpreter tears modules down (the client's own __del__ fails that late).
+atexit.register(lambda: close_local_clients())
 
 
 def local_client(path: str | os.PathLike[str]) -> QdrantClient:

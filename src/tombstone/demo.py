@@ -17,9 +17,9 @@ from tombstone.config import CONFIG_NAME
 from tombstone.errors import ConfigError
 
 MARKER = ".tombstone-demo"
-DEMO_BACKENDS = ("chroma", "docstore")
+DEMO_BACKENDS = ("chroma", "docstore", "faiss", "qdrant")
 DEFAULT_BACKENDS = "chroma,docstore"
-CHROMA_COLLECTION = "rag-chunks"
+COLLECTION = "rag-chunks"
 # Small HNSW batch and sync thresholds so even a small demo writes Chroma's segment files to disk.
 CHROMA_METADATA = {"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20}
 EMBEDDING_DIM = 384
@@ -72,45 +72,84 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
         raise ConfigError(f"the demo cannot build backend(s) {', '.join(unknown)}; available: {', '.join(DEMO_BACKENDS)}")
     if not backends:
         raise ConfigError("the demo needs at least one backend")
+    backends = list(dict.fromkeys(backends))
     if subjects < 1 or subjects > 10_000:
         raise ConfigError("--subjects must be between 1 and 10000")
     _prepare(workdir, force)
-    stores = {}
-    if "chroma" in backends:
-        stores["vectors"] = {"backend": "chroma", "path": "stores/vectors", "collection": CHROMA_COLLECTION,
-                             "id_key": "chunk_id"}
-    if "docstore" in backends:
-        stores["docs"] = {"backend": "docstore", "path": "stores/docs/docstore.db"}
+    stores = {name: STORES[name][0] for name in backends}
     config = init_deployment(workdir, stores)
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
-        if "chroma" in backends:
-            _fill_chroma(tomb, config.stores["vectors"].options["path"], refs)
-        if "docstore" in backends:
-            from tombstone_adapters.docstore import DocStore
-
-            docs = DocStore(config.stores["docs"].options["path"], lineage=tomb.lineage, store="docs")
-            try:
-                for ref in refs:
-                    docs.add_many(demo_documents(ref), subject=ref)
-            finally:
-                docs.close()
+        for name in backends:
+            STORES[name][1](tomb, name, config.stores[name].options["path"], refs)
     assert (workdir / CONFIG_NAME).exists()
     return refs
 
 
-def _fill_chroma(tomb: Tombstone, path: str, refs: list[str]) -> None:
+def _chunks(ref: str) -> tuple[list[str], list[str], list[dict]]:
+    docs = demo_documents(ref)
+    ids = [f"{doc_id}#chunk-0" for doc_id, _, _ in docs]
+    return ids, [t for _, t, _ in docs], [{**m, "chunk_id": i} for i, (_, _, m) in zip(ids, docs)]
+
+
+def _embedder():
+    from tombstone.capture import HashingEmbedder
+
+    return HashingEmbedder(EMBEDDING_DIM)
+
+
+def _fill_chroma(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
     import chromadb
 
-    from tombstone.capture import HashingEmbedder
     from tombstone_adapters.chroma import TombstoneCollection
 
     client = chromadb.PersistentClient(path=path)
-    collection = client.create_collection(CHROMA_COLLECTION, metadata=CHROMA_METADATA, embedding_function=None)
-    chunks = TombstoneCollection(collection, lineage=tomb.lineage, store="vectors",
-                                 embedder=HashingEmbedder(EMBEDDING_DIM))
+    collection = client.create_collection(COLLECTION, metadata=CHROMA_METADATA, embedding_function=None)
+    chunks = TombstoneCollection(collection, lineage=tomb.lineage, store=store, embedder=_embedder())
     for ref in refs:
-        docs = demo_documents(ref)
-        ids = [f"{doc_id}#chunk-0" for doc_id, _, _ in docs]
-        chunks.add(ids=ids, documents=[t for _, t, _ in docs],
-                   metadatas=[{**m, "chunk_id": i} for i, (_, _, m) in zip(ids, docs)], subject=ref)
+        ids, texts, metas = _chunks(ref)
+        chunks.add(ids=ids, documents=texts, metadatas=metas, subject=ref)
+
+
+def _fill_docstore(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
+    from tombstone_adapters.docstore import DocStore
+
+    docs = DocStore(path, lineage=tomb.lineage, store=store)
+    try:
+        for ref in refs:
+            docs.add_many(demo_documents(ref), subject=ref)
+    finally:
+        docs.close()
+
+
+def _fill_faiss(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
+    from tombstone_adapters.faiss import FaissStore
+
+    index = FaissStore(path, dim=EMBEDDING_DIM, lineage=tomb.lineage, store=store, embedder=_embedder())
+    for ref in refs:
+        ids, texts, metas = _chunks(ref)
+        index.add(ids, documents=texts, metadatas=metas, subject=ref)
+
+
+def _fill_qdrant(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
+    from qdrant_client import models
+
+    from tombstone_adapters.qdrant import TombstoneQdrant, local_client
+
+    client = local_client(path)
+    client.create_collection(COLLECTION, vectors_config=models.VectorParams(size=EMBEDDING_DIM,
+                                                                            distance=models.Distance.COSINE))
+    points = TombstoneQdrant(client, COLLECTION, lineage=tomb.lineage, store=store, embedder=_embedder())
+    for ref in refs:
+        ids, texts, metas = _chunks(ref)
+        points.upsert(ids, documents=texts, payloads=metas, subject=ref)
+
+
+# backend → (store config, with the store under stores/<name>/; filler)
+STORES = {
+    "chroma": ({"backend": "chroma", "path": "stores/chroma", "collection": COLLECTION, "id_key": "chunk_id"},
+               _fill_chroma),
+    "docstore": ({"backend": "docstore", "path": "stores/docstore/docstore.db"}, _fill_docstore),
+    "faiss": ({"backend": "faiss", "path": "stores/faiss"}, _fill_faiss),
+    "qdrant": ({"backend": "qdrant", "path": "stores/qdrant", "collection": COLLECTION}, _fill_qdrant),
+}
