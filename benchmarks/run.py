@@ -101,72 +101,116 @@ def scan_rate(tmp: Path, size_mb: int = 128, patterns: int = 600) -> dict:
     return {"mb": size_mb, "patterns": patterns, "read": read, "scan": scan, "grep": grep}
 
 
-# -- Chroma -------------------------------------------------------------------------------------
+# -- vector stores ------------------------------------------------------------------------------
 
 CHROMA_META = {"hnsw:space": "cosine", "hnsw:batch_size": 100, "hnsw:sync_threshold": 200}
+VECTOR_BACKENDS = ("chroma", "faiss", "qdrant")
+DIM = 384
 
 
-def _chroma_text(i: int, k: int) -> str:
+def _chunk_text(i: int, k: int) -> str:
     rng = np.random.default_rng(i * 10 + k)
     words = "account invoice refund parcel delivery ticket booking visit order payment policy claim".split()
     return f"subject {i} chunk {k}: " + " ".join(rng.choice(words, 120))
 
 
-def chroma_build(root: Path, subjects: int):
-    import chromadb
+def _store_config(backend: str) -> dict:
+    return {"chroma": {"backend": "chroma", "path": "stores/chroma", "collection": "bench"},
+            "faiss": {"backend": "faiss", "path": "stores/faiss"},
+            "qdrant": {"backend": "qdrant", "path": "stores/qdrant", "collection": "bench"}}[backend]
 
+
+def _writer(backend: str, path: str, tomb, embedder, name: str = "bench", wrapped: bool = True):
+    """A function ``write(ids, texts, subject)`` for one backend: through the wrapper, or raw."""
+    if backend == "chroma":
+        import chromadb
+
+        from tombstone_adapters.chroma import TombstoneCollection
+
+        col = chromadb.PersistentClient(path=path).get_or_create_collection(name, metadata=CHROMA_META,
+                                                                            embedding_function=None)
+        if not wrapped:
+            return lambda ids, texts, subject: col.add(ids=ids, embeddings=embedder(texts), documents=texts)
+        w = TombstoneCollection(col, lineage=tomb.lineage, store=backend, embedder=embedder)
+        return lambda ids, texts, subject: w.add(ids=ids, documents=texts, subject=subject)
+    if backend == "faiss":
+        from tombstone_adapters.faiss import FaissStore
+
+        store = FaissStore(Path(path) / name if name != "bench" else path, dim=DIM, store=backend,
+                           lineage=tomb.lineage if wrapped else None, embedder=embedder)
+        if not wrapped:
+            return lambda ids, texts, subject: store.add(ids, documents=texts)
+        return lambda ids, texts, subject: store.add(ids, documents=texts, subject=subject)
+    if backend == "qdrant":
+        import uuid
+
+        from qdrant_client import models
+
+        from tombstone_adapters.qdrant import TombstoneQdrant, local_client
+
+        client = local_client(path)
+        if not client.collection_exists(name):
+            client.create_collection(name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        if not wrapped:
+            def raw(ids, texts, subject):
+                vecs = embedder(texts)
+                client.upsert(name, points=[models.PointStruct(id=str(uuid.uuid5(uuid.NAMESPACE_URL, i)), vector=v.tolist(),
+                                                               payload={"document": t, "id": i})
+                                            for i, v, t in zip(ids, vecs, texts)])
+            return raw
+        w = TombstoneQdrant(client, name, lineage=tomb.lineage, store=backend, embedder=embedder)
+        return lambda ids, texts, subject: w.upsert(ids, documents=texts, subject=subject)
+    raise ValueError(backend)
+
+
+def vector_build(backend: str, root: Path, subjects: int):
     from tombstone.capture import HashingEmbedder
-    from tombstone_adapters.chroma import TombstoneCollection
 
-    config = init_deployment(root, {"vectors": {"backend": "chroma", "path": "stores/vectors", "collection": "bench"}})
-    client = chromadb.PersistentClient(path=config.stores["vectors"].options["path"])
-    col = client.create_collection("bench", metadata=CHROMA_META, embedding_function=None)
+    config = init_deployment(root, {backend: _store_config(backend)})
     refs = [f"bench-{i:04d}" for i in range(subjects)]
     with Tombstone(config) as tomb:
-        wrapped = TombstoneCollection(col, lineage=tomb.lineage, store="vectors", embedder=HashingEmbedder(384))
+        write = _writer(backend, config.stores[backend].options["path"], tomb, HashingEmbedder(DIM))
         for i, ref in enumerate(refs):
-            wrapped.add(ids=[f"{ref}-chunk-{k}" for k in range(DOCS)],
-                        documents=[_chroma_text(i, k) for k in range(DOCS)], subject=ref)
+            write([f"{ref}-chunk-{k}" for k in range(DOCS)], [_chunk_text(i, k) for k in range(DOCS)], ref)
     return config, refs
 
 
-def chroma_residue(tmp: Path) -> dict:
-    """200 subjects erased (plus 200 survivors): ids and fingerprints found after the store's own
-    delete, then after one Tombstone reclaim of all of them."""
-    from tombstone_adapters.chroma.adapter import ChromaAdapter
-
-    config, refs = chroma_build(tmp / "chroma-residue", 2 * SUBJECTS)
-    erased = refs[:SUBJECTS]
-    out = {}
+def vector_residue(backend: str, tmp: Path) -> dict:
+    """200 subjects erased (another 200 survive): subjects whose ids / fingerprints the physical probe
+    finds after the store's own delete, then after one Tombstone reclaim of all of them."""
+    config, refs = vector_build(backend, tmp / f"{backend}-residue", 2 * SUBJECTS)
     with Tombstone(config) as tomb:
-        arts = [a for r in erased for a in tomb.lineage.artifacts_for(tomb.lineage.subject_key(r))]
-        adapter = ChromaAdapter("vectors", config.stores["vectors"].options)
+        arts = [a for r in refs[:SUBJECTS] for a in tomb.lineage.artifacts_for(tomb.lineage.subject_key(r))]
+        adapter = tomb.adapter(backend)
+        if backend == "qdrant":  # upstream SQLite's default; this machine's Python turns it on
+            adapter._storage_connection("bench").execute("PRAGMA secure_delete=OFF")
         adapter.native_delete(arts)
 
         def count(results):
-            ids = {a.artifact_id.rsplit("-chunk", 1)[0] for a in arts if results[a.artifact_id].id_found}
-            fps = {a.artifact_id.rsplit("-chunk", 1)[0] for a in arts if results[a.artifact_id].content_found}
-            return len(ids), len(fps)
+            subject = lambda a: a.artifact_id.rsplit("-chunk", 1)[0]
+            return (len({subject(a) for a in arts if results[a.artifact_id].id_found}),
+                    len({subject(a) for a in arts if results[a.artifact_id].content_found}))
 
-        out["after_delete"] = count(adapter.probe_physical(arts))
+        out = {"after_delete": count(adapter.probe_physical(arts))}
         adapter.reclaim(arts)
         out["after_reclaim"] = count(adapter.probe_physical(arts))
         out["files"] = [p for p in adapter.physical_files() if p.exists()]
+        out["patterns"] = [a.artifact_id.encode() for a in arts]
     return out
 
 
-def chroma_steps(tmp: Path, erasures: int = 20) -> dict:
-    """Per-step time of full sagas, from the journal's begin/end stamps."""
+def vector_steps(backend: str, tmp: Path, erasures: int = 20) -> dict:
+    """Per-step time of full single-subject sagas, from the journal's begin/end stamps."""
     from datetime import datetime
 
-    config, refs = chroma_build(tmp / "chroma-steps", SUBJECTS)
+    config, refs = vector_build(backend, tmp / f"{backend}-steps", SUBJECTS)
     steps: dict[str, list[float]] = {}
     with Tombstone(config) as tomb:
         for ref in refs[:erasures]:
             receipt, _ = tomb.erase(ref)
-            entries = tomb.lineage.journal_entries(receipt["saga_id"])
+            assert receipt["summary"]["VERIFIED"] == DOCS, receipt["summary"]
             begins = {}
-            for e in entries:
+            for e in tomb.lineage.journal_entries(receipt["saga_id"]):
                 t = datetime.strptime(e["at"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
                 if e["phase"] == "begin":
                     begins[e["step"]] = t
@@ -175,43 +219,30 @@ def chroma_steps(tmp: Path, erasures: int = 20) -> dict:
     return {k: statistics.median(v) for k, v in steps.items()}
 
 
-def chroma_write_overhead(tmp: Path, chunks: int = 300, reps: int = 9) -> dict:
-    """Raw collection.add with the embedder vs the wrapper's add (lineage + probe capture).
-
-    The embedder is warmed first, and the two sides alternate which goes first, so neither gets the
-    other's cache or a quieter moment of the machine.
-    """
-    import chromadb
-
+def vector_write_overhead(backend: str, tmp: Path, chunks: int = 300, reps: int = 9) -> dict:
+    """The store's own write with the embedder vs the wrapper's (lineage + probe capture), alternating
+    which side goes first, the embedder warmed first."""
     from tombstone.capture import HashingEmbedder
-    from tombstone_adapters.chroma import TombstoneCollection
 
-    embedder = HashingEmbedder(384)
-    config = init_deployment(tmp / "chroma-write", {})
-    texts = [_chroma_text(i, 0) for i in range(chunks)]
+    embedder = HashingEmbedder(DIM)
+    root = tmp / f"{backend}-write"
+    config = init_deployment(root, {})
+    texts = [_chunk_text(i, 0) for i in range(chunks)]
     embedder(texts)
-    raw_t, wrapped_t = [], []
+    times: dict[str, list[float]] = {"raw": [], "wrapped": []}
     with Tombstone(config) as tomb:
-        client = chromadb.PersistentClient(path=str(tmp / "chroma-write" / "stores" / "w"))
-
-        def raw(rep):
-            col = client.create_collection(f"raw-{rep}", metadata=CHROMA_META, embedding_function=None)
+        def once(kind: str, rep: int) -> None:
+            write = _writer(backend, str(root / "stores" / kind), tomb, embedder, name=f"{kind}-{rep}",
+                            wrapped=kind == "wrapped")
             start = time.perf_counter()
-            col.add(ids=[f"r{rep}-{i}" for i in range(chunks)], embeddings=embedder(texts), documents=texts)
-            raw_t.append(time.perf_counter() - start)
-
-        def wrapped(rep):
-            col = client.create_collection(f"wrapped-{rep}", metadata=CHROMA_META, embedding_function=None)
-            wrapper = TombstoneCollection(col, lineage=tomb.lineage, store="w", embedder=embedder)
-            start = time.perf_counter()
-            wrapper.add(ids=[f"w{rep}-{i}" for i in range(chunks)], documents=texts, subject=f"s{rep}")
-            wrapped_t.append(time.perf_counter() - start)
+            write([f"{kind}{rep}-{i}" for i in range(chunks)], texts, f"s{rep}")
+            times[kind].append(time.perf_counter() - start)
 
         for rep in range(reps):
-            first, second = (raw, wrapped) if rep % 2 == 0 else (wrapped, raw)
-            first(rep)
-            second(rep)
-    return {"raw": statistics.median(raw_t), "wrapped": statistics.median(wrapped_t), "chunks": chunks, "reps": reps}
+            for kind in (("raw", "wrapped") if rep % 2 == 0 else ("wrapped", "raw")):
+                once(kind, rep)
+    return {"raw": statistics.median(times["raw"]), "wrapped": statistics.median(times["wrapped"]),
+            "chunks": chunks, "reps": reps}
 
 
 def files_rate(files: list[Path], patterns: list[bytes], tmp: Path, reps: int = 5) -> dict:
@@ -237,12 +268,16 @@ def main() -> None:
         res = residue(tmp)
         times = erase_times(tmp)
         rate = scan_rate(tmp)
-        chroma = chroma_residue(tmp)
-        # grep -F -f takes text lines: the id patterns are what both tools can be compared on.
-        chroma_rate = files_rate(chroma["files"], [f"bench-{i:04d}-chunk-{k}".encode()
-                                                   for i in range(SUBJECTS) for k in range(DOCS)], tmp)
-        steps = chroma_steps(tmp)
-        overhead = chroma_write_overhead(tmp)
+        vector = {}
+        for backend in VECTOR_BACKENDS:
+            res = vector_residue(backend, tmp)
+            vector[backend] = {
+                "residue": res,
+                # grep -F -f takes text lines: the id patterns are what both tools can be compared on.
+                "rate": files_rate(res["files"], res["patterns"], tmp),
+                "steps": vector_steps(backend, tmp),
+                "overhead": vector_write_overhead(backend, tmp),
+            }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mbps = lambda secs: rate["mb"] / secs
@@ -291,49 +326,67 @@ def main() -> None:
         )
     lines += [
         "",
-        "## Chroma: residue after the store's own delete vs after reclaim",
+        "## Vector stores: residue after the store's own delete vs after reclaim",
         "",
-        f"Chroma {__import__('chromadb').__version__}, embedded `PersistentClient`, cosine space,"
-        f" `hnsw:batch_size` 100 and `hnsw:sync_threshold` 200. {2 * SUBJECTS} subjects with {DOCS} chunks each"
-        f" (384-dim offline embedder); {SUBJECTS} subjects erased, the other {SUBJECTS} survive. Physical probe"
-        " over `chroma.sqlite3` and every segment file; fingerprints searched raw and in the normalised form"
-        " the HNSW index stores.",
+        f"{2 * SUBJECTS} subjects with {DOCS} chunks each ({DIM}-dim offline embedder); {SUBJECTS} subjects erased,"
+        f" the other {SUBJECTS} survive. The store's own delete for all of them, a physical probe, one Tombstone"
+        " reclaim, the probe again. Fingerprints are searched in every form the store writes (Chroma's"
+        " normalised HNSW copy, Qdrant's pickled float64). Chroma "
+        f"{__import__('chromadb').__version__} (cosine, `hnsw:batch_size` 100, `hnsw:sync_threshold` 200); FAISS"
+        f" {__import__('faiss').__version__} (`remove_ids` is unsupported on HNSW, so its delete drops the id"
+        f" mapping); qdrant-client {__import__('qdrant_client').__version__} local mode with `secure_delete` off"
+        " on its connection (upstream SQLite's default).",
         "",
-        "| after | subjects with ids found | subjects with fingerprints found |",
-        "|---|---|---|",
-        f"| `collection.delete()` | {chroma['after_delete'][0]} / {SUBJECTS} | {chroma['after_delete'][1]} / {SUBJECTS} |",
-        f"| Tombstone reclaim | {chroma['after_reclaim'][0]} / {SUBJECTS} | {chroma['after_reclaim'][1]} / {SUBJECTS} |",
+        "| backend | after | subjects with ids found | subjects with fingerprints found |",
+        "|---|---|---|---|",
+    ]
+    for backend, v in vector.items():
+        r = v["residue"]
+        lines += [
+            f"| {backend} | store's own delete | {r['after_delete'][0]} / {SUBJECTS} | {r['after_delete'][1]} / {SUBJECTS} |",
+            f"| {backend} | Tombstone reclaim | {r['after_reclaim'][0]} / {SUBJECTS} | {r['after_reclaim'][1]} / {SUBJECTS} |",
+        ]
+    lines += [
         "",
-        "## Chroma: time per saga step",
+        "## Vector stores: time per saga step",
         "",
         f"Median over 20 single-subject erasures from a store of {SUBJECTS * DOCS} chunks (journal stamps).",
         "",
-        "| suppress | reclaim | verify (logical + physical) |",
-        "|---|---|---|",
-        f"| {steps.get('suppress', 0) * 1000:.1f} ms | {steps.get('reclaim', 0) * 1000:.1f} ms |"
-        f" {steps.get('verify', 0) * 1000:.1f} ms |",
-        "",
-        "## Chroma: scan throughput on the store's files",
-        "",
-        f"The physical scanner and `grep -c -a -F -f` over the same {chroma_rate['mib']:.1f} MiB of Chroma files"
-        f" (after reclaim), {SUBJECTS * DOCS} id patterns, median of 5 (files in page cache).",
-        "",
-        "| `scan_files` | `grep -F -f` |",
-        "|---|---|",
-        f"| {chroma_rate['scan']:.0f} MiB/s | {chroma_rate['grep']:.0f} MiB/s |",
-        "",
-        "## Chroma: write-path overhead",
-        "",
-        f"`collection.add` of {overhead['chunks']} chunks (120 words each) with the offline embedder, raw vs through"
-        " the wrapper (lineage rows + three probe embeddings per chunk, batched into the same embedding call),"
-        f" median of {overhead['reps']}, the two sides alternating in one run (the embedder warmed first).",
-        "",
-        "| raw | wrapper | ratio |",
-        "|---|---|---|",
-        f"| {overhead['raw'] * 1000:.0f} ms | {overhead['wrapped'] * 1000:.0f} ms |"
-        f" {overhead['wrapped'] / overhead['raw']:.2f}x |",
-        "",
+        "| backend | suppress | reclaim | verify (logical + physical) |",
+        "|---|---|---|---|",
     ]
+    for backend, v in vector.items():
+        st = v["steps"]
+        lines.append(f"| {backend} | {st.get('suppress', 0) * 1000:.1f} ms | {st.get('reclaim', 0) * 1000:.1f} ms |"
+                     f" {st.get('verify', 0) * 1000:.1f} ms |")
+    lines += [
+        "",
+        "## Vector stores: scan throughput on the store's files",
+        "",
+        f"`scan_files` and `grep -c -a -F -f` over the same files (each store after its reclaim), {SUBJECTS * DOCS}"
+        " id patterns, median of 5, files in page cache.",
+        "",
+        "| backend | MiB scanned | `scan_files` | `grep -F -f` |",
+        "|---|---|---|---|",
+    ]
+    for backend, v in vector.items():
+        rt = v["rate"]
+        lines.append(f"| {backend} | {rt['mib']:.1f} | {rt['scan']:.0f} MiB/s | {rt['grep']:.0f} MiB/s |")
+    lines += [
+        "",
+        "## Vector stores: write-path overhead",
+        "",
+        "Writing 300 chunks (120 words each) with the offline embedder: the store's own write (embed + add /"
+        " upsert) vs the wrapper (lineage rows + three probe embeddings per chunk in the same embedding call)."
+        " Median of 9, the two sides alternating in one run, the embedder warmed first.",
+        "",
+        "| backend | raw | wrapper | ratio |",
+        "|---|---|---|---|",
+    ]
+    for backend, v in vector.items():
+        o = v["overhead"]
+        lines.append(f"| {backend} | {o['raw'] * 1000:.0f} ms | {o['wrapped'] * 1000:.0f} ms | {o['wrapped'] / o['raw']:.2f}x |")
+    lines.append("")
     (ROOT / "RESULTS.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
