@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -332,9 +333,9 @@ def main() -> None:
         f" the other {SUBJECTS} survive. The store's own delete for all of them, a physical probe, one Tombstone"
         " reclaim, the probe again. Fingerprints are searched in every form the store writes (Chroma's"
         " normalised HNSW copy, Qdrant's pickled float64). Chroma "
-        f"{__import__('chromadb').__version__} (cosine, `hnsw:batch_size` 100, `hnsw:sync_threshold` 200); FAISS"
-        f" {__import__('faiss').__version__} (`remove_ids` is unsupported on HNSW, so its delete drops the id"
-        f" mapping); qdrant-client {__import__('qdrant_client').__version__} local mode with `secure_delete` off"
+        f"{version('chromadb')} (cosine, `hnsw:batch_size` 100, `hnsw:sync_threshold` 200); FAISS"
+        f" {version('faiss-cpu')} (`remove_ids` is unsupported on HNSW, so its delete drops the id"
+        f" mapping); qdrant-client {version('qdrant-client')} local mode with `secure_delete` off"
         " on its connection (upstream SQLite's default).",
         "",
         "| backend | after | subjects with ids found | subjects with fingerprints found |",
