@@ -1,0 +1,185 @@
+"""A pgvector table, wrapped: lineage on write, ``tombstoned`` column honoured on every read.
+
+Every identifier (schema, table, columns) is composed with ``psycopg.sql.Identifier``: a hostile name
+is quoted, never interpolated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.errors import ConfigError, StoreUnavailableError
+from tombstone.lineage.db import LineageDB
+
+BACKEND = "pgvector"
+TOMBSTONED = "tombstoned"
+_OPS = {"cosine": ("<=>", "vector_cosine_ops"), "l2": ("<->", "vector_l2_ops"), "ip": ("<#>", "vector_ip_ops")}
+
+
+def _vec(v: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32)) + "]"
+
+
+class PgVectorStore:
+    """Records in a PostgreSQL table with a pgvector column.
+
+    ``columns`` maps the roles ``id``, ``document``, ``metadata``, ``embedding`` to column names, so an
+    existing table can be wrapped as it is; ``tombstoned`` is added to it if missing.
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        table: str,
+        *,
+        schema: str | None = None,
+        dim: int | None = None,
+        columns: Mapping[str, str] | None = None,
+        distance: str = "cosine",
+        lineage: LineageDB | None = None,
+        store: str = BACKEND,
+        embedder: Embedder | None = None,
+        create: bool = True,
+    ) -> None:
+        for name in (table, schema or "", *(columns or {}).values()):
+            if "\x00" in name:
+                raise ConfigError("identifiers may not contain NUL bytes")
+        if distance not in _OPS:
+            raise ConfigError(f"distance must be one of {sorted(_OPS)}")
+        self.conn, self.table_name, self.schema = conn, table, schema
+        self.cols = {"id": "id", "document": "document", "metadata": "metadata", "embedding": "embedding",
+                     **(columns or {})}
+        self.distance = distance
+        self.lineage, self.store, self.embedder = lineage, store, embedder
+        self.table = sql.Identifier(schema, table) if schema else sql.Identifier(table)
+        self.c = {role: sql.Identifier(name) for role, name in self.cols.items()}
+        self.c["tombstoned"] = sql.Identifier(TOMBSTONED)
+        try:
+            if create and dim is not None:
+                self._create(dim)
+            if not self.exists():
+                raise StoreUnavailableError(f"no table {self.qualified} in the database", store=store, retryable=False)
+            self.conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} boolean NOT NULL DEFAULT false")
+                              .format(self.table, self.c["tombstoned"]))
+        except psycopg.errors.InsufficientPrivilege:
+            pass  # a role that may not alter the table: the column must already be there (checked on use)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(f"pgvector: {exc}".strip(), store=store) from exc
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table_name}" if self.schema else self.table_name
+
+    def exists(self) -> bool:
+        return self.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self.table.as_string(self.conn),)).fetchone()[0]
+
+    def _create(self, dim: int) -> None:
+        op, opclass = _OPS[self.distance]
+        self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        self.conn.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} ({id} text PRIMARY KEY, {doc} text, {meta} jsonb NOT NULL DEFAULT '{{}}',"
+            " {emb} vector({dim}) NOT NULL, {tomb} boolean NOT NULL DEFAULT false)"
+        ).format(t=self.table, id=self.c["id"], doc=self.c["document"], meta=self.c["metadata"],
+                 emb=self.c["embedding"], dim=sql.Literal(dim), tomb=self.c["tombstoned"]))
+        self.conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {t} USING hnsw ({emb} {ops})").format(
+            name=sql.Identifier(f"{self.table_name}_{self.cols['embedding']}_hnsw"[:63]), t=self.table,
+            emb=self.c["embedding"], ops=sql.SQL(opclass)))
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def add(self, ids: Sequence[str], documents=None, metadatas=None, embeddings=None, *, subject=None) -> None:
+        ids = [str(i) for i in ids]
+        if self.lineage is not None:
+            if subject is None or self.embedder is None:
+                raise ValueError("the wrapper needs subject= and an embedder")
+            cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
+                                  documents=documents, embeddings=embeddings)
+            # Lineage first: assume the store write will fail.
+            self.lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+            vectors = cap.vectors
+        elif embeddings is not None:
+            vectors = np.asarray(embeddings, dtype=np.float32)
+        else:
+            vectors = embed(self.embedder, list(documents))
+        docs = list(documents) if documents is not None else [None] * len(ids)
+        metas = list(metadatas) if metadatas is not None else [None] * len(ids)
+        query = sql.SQL(
+            "INSERT INTO {t} ({id}, {doc}, {meta}, {emb}, {tomb}) VALUES (%s, %s, %s::jsonb, %s::vector, false)"
+            " ON CONFLICT ({id}) DO UPDATE SET {doc} = excluded.{doc}, {meta} = excluded.{meta},"
+            " {emb} = excluded.{emb}, {tomb} = false"
+        ).format(t=self.table, id=self.c["id"], doc=self.c["document"], meta=self.c["metadata"],
+                 emb=self.c["embedding"], tomb=self.c["tombstoned"])
+        rows = [(i, d, json.dumps(m or {}), _vec(v)) for i, d, m, v in zip(ids, docs, metas, vectors)]
+        try:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                cur.executemany(query, rows)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(f"pgvector write failed: {exc}".strip(), store=self.store) from exc
+
+    # -- reads (every one has ``NOT tombstoned`` in its WHERE clause, then a post-filter) -------
+
+    def _select(self, extra: sql.Composable | None, params: list, raw: bool = False) -> list[dict[str, Any]]:
+        where = [] if raw else [sql.SQL("NOT {}").format(self.c["tombstoned"])]
+        if extra is not None:
+            where.append(extra)
+        query = sql.SQL("SELECT {id}, {doc}, {meta}, {tomb} FROM {t}{where} ORDER BY {id}").format(
+            id=self.c["id"], doc=self.c["document"], meta=self.c["metadata"], tomb=self.c["tombstoned"], t=self.table,
+            where=sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""))
+        try:
+            rows = self.conn.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(f"pgvector read failed: {exc}".strip(), store=self.store) from exc
+        # post-filter: never trust the WHERE clause alone
+        return [{"id": r[0], "document": r[1], "metadata": r[2]} for r in rows if raw or not r[3]]
+
+    def get(self, ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None, *, raw: bool = False):
+        clauses, params = [], []
+        if ids is not None:
+            clauses.append(sql.SQL("{} = ANY(%s)").format(self.c["id"]))
+            params.append(list(ids))
+        if where:
+            clauses.append(sql.SQL("{} @> %s::jsonb").format(self.c["metadata"]))
+            params.append(json.dumps(where))
+        extra = sql.SQL(" AND ").join(clauses) if clauses else None
+        return self._select(extra, params, raw=raw)
+
+    def search(self, query_embeddings=None, query_texts=None, k: int = 10, where=None, *, raw: bool = False):
+        if query_texts is not None:
+            query_embeddings = embed(self.embedder, list(query_texts))
+        order = sql.SQL("{} {} %s::vector").format(self.c["embedding"], sql.SQL(_OPS[self.distance][0]))
+        extra = sql.SQL("{} @> %s::jsonb").format(self.c["metadata"]) if where else None
+        params_extra = [json.dumps(where)] if where else []
+        queries = np.asarray(query_embeddings, dtype=np.float32)
+        return [self._search_one(order, _vec(q), extra, params_extra, k, raw) for q in queries.reshape(len(queries), -1)]
+
+    def _search_one(self, order, vec, extra, params_extra, k, raw):
+        where = [] if raw else [sql.SQL("NOT {}").format(self.c["tombstoned"])]
+        if extra is not None:
+            where.append(extra)
+        query = sql.SQL("SELECT {id}, {doc}, {meta}, {tomb}, {order} AS distance FROM {t}{where} ORDER BY {order} LIMIT {k}").format(
+            id=self.c["id"], doc=self.c["document"], meta=self.c["metadata"], tomb=self.c["tombstoned"], order=order,
+            t=self.table, where=sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
+            k=sql.Literal(int(k)))
+        try:
+            rows = self.conn.execute(query, [vec, *params_extra, vec]).fetchall()
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(f"pgvector read failed: {exc}".strip(), store=self.store) from exc
+        return [{"id": r[0], "document": r[1], "metadata": r[2], "distance": float(r[4])}
+                for r in rows if raw or not r[3]]
+
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        rows = self.conn.execute(sql.SQL("SELECT {id}, {emb}::text FROM {t} WHERE {id} = ANY(%s)").format(
+            id=self.c["id"], emb=self.c["embedding"], t=self.table), (list(ids),)).fetchall()
+        by_id = {r[0]: np.asarray(json.loads(r[1]), dtype=np.float32) for r in rows}
+        return np.stack([by_id[i] for i in ids]) if ids else np.zeros((0, 0), dtype=np.float32)
+
+    def count(self) -> int:
+        return self.conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE NOT {}").format(
+            self.table, self.c["tombstoned"])).fetchone()[0]

