@@ -340,7 +340,7 @@ class ChromaAdapter(Adapter):
         cosine = getattr(self, "_cosine", None)
         if cosine is None:
             cosine = self._space() == "cosine"
-        if artifact.fingerprint is not None and artifact.inv_norm is not None and cosine:
+        if self.fingerprint_scannable(artifact) and artifact.inv_norm is not None and cosine:
             # hnswlib's cosine space stores v / |v|: the raw bytes alone would miss the index copy.
             patterns["content_normalised"] = fingerprint_bytes(normalised_fingerprint(artifact.fingerprint, artifact.inv_norm))
         return patterns

@@ -262,7 +262,7 @@ class QdrantAdapter(Adapter):
         pid = point_id(artifact.artifact_id)
         patterns["id_point_uuid"] = pid.encode()
         patterns["id_storage_key"] = CollectionPersistence.encode_key(normalize_point_id(pid)).encode()
-        if artifact.fingerprint is not None:
+        if self.fingerprint_scannable(artifact):
             # local mode pickles the vector as a list of Python floats: big-endian float64 per value
             patterns["content_pickled"] = pickled_floats(artifact.fingerprint)
         return patterns

@@ -24,6 +24,7 @@ from tombstone.verify.levels import Level
 from tombstone.verify.physical import scan_files
 
 ENTRY_POINT_GROUP = "tombstone.adapters"
+MIN_NONZERO_FINGERPRINT_DIMS = 4
 DISTRIBUTION = "tombstone-rag"
 
 # Backends Tombstone ships, with the extra that installs their client, for a helpful hint when the
@@ -140,9 +141,20 @@ class Adapter(abc.ABC):
         owned by other subjects would share, so their hits are attributed on the lineage graph.
         """
         patterns = {"id": artifact.artifact_id.encode("utf-8")}
-        if artifact.fingerprint is not None:
+        if self.fingerprint_scannable(artifact):
             patterns["content"] = fingerprint_bytes(artifact.fingerprint)
         return patterns
+
+    @staticmethod
+    def fingerprint_scannable(artifact: ArtifactRecord) -> bool:
+        """Whether the fingerprint is distinctive enough to search for as bytes.
+
+        A fingerprint that is mostly zeros (sparse embeddings of short texts) matches every run of zero
+        bytes in a file; it is left out, and the id alone decides. Never the other way round: leaving a
+        pattern out can only lose a RESIDUAL that the id would still catch.
+        """
+        fp = artifact.fingerprint
+        return fp is not None and sum(1 for x in fp if x != 0.0) >= MIN_NONZERO_FINGERPRINT_DIMS
 
     def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
         """Byte-scan every persisted file once for all patterns of all artifacts.
