@@ -247,3 +247,27 @@ def test_demo_pgvector_on_the_embedded_server(tmp_path):
     receipt = json.loads((root / "receipts" / "user-0001.json").read_text())
     assert [(a["backend"], a["status"], a["level"]) for a in receipt["artifacts"]] == [("pgvector", "VERIFIED", "physical")] * 3
     assert (root / "stores" / "pgvector" / "pgdata" / "PG_VERSION").is_file()
+
+
+def test_demo_pinecone_runs_against_the_emulator_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("PINECONE_API_KEY", raising=False)
+    root = tmp_path / "pc"
+    result = run("demo", "--workdir", str(root), "--backends", "pinecone", "--subjects", "2")
+    assert result.exit_code == 0, result.output
+    assert "local EMULATOR of Pinecone's data-plane API" in result.output and "started and stopped" in result.output
+    receipt = json.loads((root / "receipts" / "user-0001.json").read_text())
+    assert {(a["status"], a["evidence"]["probes"][0]["passed"]) for a in receipt["artifacts"]} == {("UNVERIFIED", True)}
+    assert all("managed" in a["reason"] for a in receipt["artifacts"])
+
+
+def test_erase_with_pinecone_and_no_api_key_is_one_line(tmp_path, monkeypatch):
+    from tombstone.api import init_deployment
+    from tombstone.lineage.db import ArtifactRecord
+    from tombstone import Tombstone
+
+    monkeypatch.delenv("PINECONE_API_KEY", raising=False)
+    config = init_deployment(tmp_path / "d", {"pc": {"backend": "pinecone", "host": "http://127.0.0.1:9"}})
+    with Tombstone(config) as tomb:
+        tomb.lineage.record_artifacts("alice", [ArtifactRecord("pc", "alice-1", "pinecone", "vector")])
+    err = one_line_error(run("erase", "alice", "--config", str(config.path)), 2)
+    assert "set PINECONE_API_KEY" in err

