@@ -241,3 +241,15 @@ def test_role_that_can_read_but_not_vacuum_is_never_verified(ptomb, admin, limit
     for art in receipt["artifacts"]:
         assert (art["status"], art["level"]) == ("RESIDUAL", "physical"), art
         assert "GRANT MAINTAIN ON TABLE" in art["evidence"]["reclaim"]["skipped"]
+
+
+def test_erasing_the_last_rows_clears_statistics_analyze_would_keep(ptomb, admin):
+    """ANALYZE of an empty table keeps the old statistics (the erased rows' sample values); the reclaim
+    deletes them, and the check shows it — erasing two subjects one after the other, the second empties it."""
+    write(ptomb, admin, "alice", 2)
+    write(ptomb, admin, "bob", 2)
+    first, _ = ptomb.erase("alice")  # ANALYZE now samples bob's rows
+    second, _ = ptomb.erase("bob")   # the table is empty afterwards
+    assert {a["status"] for a in first["artifacts"] + second["artifacts"]} == {"VERIFIED"}
+    steps = second["artifacts"][0]["evidence"]["reclaim"]["evidence"]["steps"]
+    assert "empty table: old planner statistics deleted (ANALYZE keeps them)" in steps

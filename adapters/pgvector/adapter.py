@@ -121,6 +121,14 @@ class PgVectorAdapter(Adapter):
         # Statistics are rebuilt from the survivors: the old ones sample erased values.
         self._run(sql.SQL("ANALYZE {}").format(self.table))
         steps.append("ANALYZE")
+        if self._run(sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(self.table)).fetchone()[0]:
+            # ANALYZE samples no row of an empty table and then leaves the old statistics in place —
+            # sample values of the rows just erased. Only a superuser may drop them.
+            try:
+                self.conn.execute("DELETE FROM pg_statistic WHERE starelid = %s", (self._oid(),))
+                steps.append("empty table: old planner statistics deleted (ANALYZE keeps them)")
+            except psycopg.Error as exc:
+                steps.append(f"empty table: old planner statistics could not be deleted ({exc.sqlstate})")
         return {"steps": steps, "deleted": deleted, "vacuum_full": vacuum_full,
                 "checkpoint": self._checkpoint(), "credit": "REINDEX + VACUUM idea: the vector-forget project"}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, TombstoneError
+from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, SagaError, TombstoneError
 
 
 class _Group(click.Group):
@@ -200,6 +200,82 @@ def receipt_show(file: str, as_json: bool) -> None:
         return
     click.echo(format_receipt(data))
     click.echo("(not verified here: run 'tombstone receipt verify FILE')")
+
+
+@receipt.command("head")
+@CONFIG_OPTION
+def receipt_head(config_path: str | None) -> None:
+    """Print the receipt chain's head (count and hash) for publishing where the operator cannot rewrite it."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        head = tomb.lineage.chain_head()
+    if head is None:
+        raise SagaError("the receipt chain is empty: no erasure has finished yet")
+    click.echo(f"{head[0]}:{head[1]}")
+
+
+@main.command("audit")
+@click.argument("file", type=click.Path(dir_okay=False))
+@CONFIG_OPTION
+@click.option("--key", type=click.Path(dir_okay=False), default=None,
+              help="The operator's Ed25519 public key (PEM). Default: keys/signing.pub next to the config.")
+@click.option("--previous", multiple=True, type=click.Path(dir_okay=False),
+              help="An earlier receipt of the chain (repeat for each) to check the links.")
+@click.option("--anchor", default=None, help="A published chain head, COUNT:HASH from 'tombstone receipt head'.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def audit_cmd(file: str, config_path: str | None, key: str | None, previous: tuple[str, ...], anchor: str | None,
+              as_json: bool) -> None:
+    """Independently re-probe the stores a receipt names, without the lineage db; exit 1 on any contradiction."""
+    from tombstone.audit import NOT_RUN_FRAGMENTS, audit
+
+    report = audit(file, config_path=config_path, key_path=key, previous=previous, anchor=anchor)
+    if as_json:
+        click.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        click.echo(f"receipt:   {report.receipt}")
+        click.echo(f"integrity: {report.integrity}")
+        click.echo(f"chain:     {report.chain}")
+        if report.rows:
+            rows = [(r.store, r.artifact_id, r.receipt_says, r.audit_found, "yes" if r.agree else "NO")
+                    for r in report.rows]
+            click.echo(_table(("store", "artifact", "receipt says", "audit found", "agree"), rows))
+            notes = sorted({n for r in report.rows for n in r.not_run if n != NOT_RUN_FRAGMENTS})
+            for note in [NOT_RUN_FRAGMENTS, *notes]:
+                click.echo(f"not run: {note}")
+        contradicted = [r.artifact_id for r in report.rows if not r.agree]
+        if contradicted:
+            click.echo(f"CONTRADICTED: {', '.join(contradicted)}")
+    if not report.agree:
+        sys.exit(1)
+
+
+@main.command("check")
+@click.option("--backend", required=True, help="Backend to check: chroma, docstore, faiss, pgvector, pinecone, qdrant.")
+@CONFIG_OPTION
+@click.option("--junit", type=click.Path(dir_okay=False), default=None, help="Also write the result as JUnit XML.")
+@click.option("--canaries", type=int, default=3, show_default=True, help="Number of canary subjects.")
+def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries: int) -> None:
+    """CI gate: write canary subjects, erase them, exit 1 unless each ends at the backend's highest level."""
+    from tombstone.check import run_check
+
+    if canaries < 1:
+        raise ConfigError("--canaries must be at least 1")
+    result = run_check(backend, config_path=config_path, canaries=canaries)
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    rows = [(r.subject, r.artifact_id, r.status, "pass" if r.passed else "FAIL") for r in result.rows]
+    if rows:
+        click.echo(_table(("canary", "artifact", "status", "result"), rows))
+    for failure in result.failures:
+        click.echo(f"FAIL: {failure}")
+    if junit:
+        Path(junit).parent.mkdir(parents=True, exist_ok=True)
+        Path(junit).write_text(result.junit(), encoding="utf-8")
+    click.echo(f"{backend}: {'PASS' if result.passed else 'FAIL'} ({sum(r.passed for r in result.rows)}/{len(result.rows)}"
+               f" canary artifacts at the expected level)")
+    if not result.passed:
+        sys.exit(1)
 
 
 @receipt.command("schema")

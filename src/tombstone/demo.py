@@ -84,10 +84,15 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
         for name in backends:
-            options = config.stores[name].options
-            STORES[name][1](tomb, name, options.get("path") or options.get("data_dir"), refs)
+            fill(tomb, name, refs)
     assert (workdir / CONFIG_NAME).exists()
     return refs
+
+
+def fill(tomb: Tombstone, store: str, refs: list[str]) -> None:
+    """Write the subjects' demo data through the wrapper of a configured store (any backend the demo knows)."""
+    cfg = tomb.config.stores[store]
+    STORES[cfg.backend][1](tomb, store, cfg.options.get("path") or cfg.options.get("data_dir"), refs)
 
 
 def _chunks(ref: str) -> tuple[list[str], list[str], list[dict]]:
@@ -108,7 +113,8 @@ def _fill_chroma(tomb: Tombstone, store: str, path: str, refs: list[str]) -> Non
     from tombstone_adapters.chroma import TombstoneCollection
 
     client = chromadb.PersistentClient(path=path)
-    collection = client.create_collection(COLLECTION, metadata=CHROMA_METADATA, embedding_function=None)
+    name = tomb.config.stores[store].options.get("collection", COLLECTION)
+    collection = client.get_or_create_collection(name, metadata=CHROMA_METADATA, embedding_function=None)
     chunks = TombstoneCollection(collection, lineage=tomb.lineage, store=store, embedder=_embedder())
     for ref in refs:
         ids, texts, metas = _chunks(ref)
@@ -130,6 +136,8 @@ def _fill_faiss(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None
     from tombstone_adapters.faiss import FaissStore
 
     index = FaissStore(path, dim=EMBEDDING_DIM, lineage=tomb.lineage, store=store, embedder=_embedder())
+    if index.index.d != EMBEDDING_DIM:
+        raise ConfigError(f"the FAISS store at {path} has dimension {index.index.d}, the demo embeds {EMBEDDING_DIM}")
     for ref in refs:
         ids, texts, metas = _chunks(ref)
         index.add(ids, documents=texts, metadatas=metas, subject=ref)
@@ -141,9 +149,11 @@ def _fill_qdrant(tomb: Tombstone, store: str, path: str, refs: list[str]) -> Non
     from tombstone_adapters.qdrant import TombstoneQdrant, local_client
 
     client = local_client(path)
-    client.create_collection(COLLECTION, vectors_config=models.VectorParams(size=EMBEDDING_DIM,
-                                                                            distance=models.Distance.COSINE))
-    points = TombstoneQdrant(client, COLLECTION, lineage=tomb.lineage, store=store, embedder=_embedder())
+    name = tomb.config.stores[store].options.get("collection", COLLECTION)
+    if not client.collection_exists(name):
+        client.create_collection(name, vectors_config=models.VectorParams(size=EMBEDDING_DIM,
+                                                                          distance=models.Distance.COSINE))
+    points = TombstoneQdrant(client, name, lineage=tomb.lineage, store=store, embedder=_embedder())
     for ref in refs:
         ids, texts, metas = _chunks(ref)
         points.upsert(ids, documents=texts, payloads=metas, subject=ref)
@@ -155,7 +165,8 @@ def _fill_pgvector(tomb: Tombstone, store: str, path: str, refs: list[str]) -> N
     from tombstone_adapters.pgvector import PgVectorStore, embedded_dsn
 
     options = tomb.config.stores[store].options
-    with psycopg.connect(embedded_dsn(options["data_dir"]), autocommit=True) as conn:
+    dsn = options.get("dsn") or embedded_dsn(options["data_dir"])
+    with psycopg.connect(dsn, autocommit=True) as conn:
         table = PgVectorStore(conn, options["table"], dim=EMBEDDING_DIM, lineage=tomb.lineage, store=store,
                               embedder=_embedder())
         for ref in refs:
@@ -170,7 +181,7 @@ def _fill_pinecone(tomb: Tombstone, store: str, path: str, refs: list[str]) -> N
 
     options = tomb.config.stores[store].options
     index = Pinecone(api_key=os.environ[options.get("api_key_env", "PINECONE_API_KEY")]).Index(host=options["host"])
-    records = TombstonePinecone(index, namespace=options["namespace"], lineage=tomb.lineage, store=store,
+    records = TombstonePinecone(index, namespace=options.get("namespace", ""), lineage=tomb.lineage, store=store,
                                 embedder=_embedder())
     for ref in refs:
         ids, texts, metas = _chunks(ref)

@@ -8,6 +8,7 @@ never stores content. Writes that belong together happen in one ``atomic()`` blo
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,6 +24,17 @@ from tombstone.keys import LineageSecret
 from tombstone.lineage.migrations import MIGRATIONS
 
 FINGERPRINT_DIMS = 32
+_forbidden: contextvars.ContextVar[str | None] = contextvars.ContextVar("lineage_forbidden", default=None)
+
+
+@contextlib.contextmanager
+def forbid_lineage(who: str) -> Iterator[None]:
+    """Inside this block no lineage db may be opened: the independent verifier's guarantee."""
+    token = _forbidden.set(who)
+    try:
+        yield
+    finally:
+        _forbidden.reset(token)
 
 
 def fingerprint_of(vector: Sequence[float] | np.ndarray) -> tuple[float, ...]:
@@ -85,6 +97,8 @@ class LineageDB:
     """Access to one lineage db file. Not shared between threads; open one per process."""
 
     def __init__(self, path: str | Path, secret: LineageSecret, *, clock: Clock = system_clock) -> None:
+        if _forbidden.get() is not None:
+            raise LineageError(f"{_forbidden.get()} does not open the lineage db ({path})")
         self.path = Path(path)
         self.secret = secret
         self.clock = clock

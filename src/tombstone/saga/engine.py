@@ -232,6 +232,7 @@ class Saga:
                         "kind": art.kind,
                         **decided["status"],
                         "fingerprint": list(art.fingerprint) if art.fingerprint is not None else None,
+                        "inv_norm": art.inv_norm,
                         "evidence": {
                             "suppression": {"recorded": True, **sup},
                             "reclaim": rec or None,

@@ -1,0 +1,222 @@
+"""The independent verifier: re-probe the stores a receipt names, without the lineage db.
+
+An auditor holds a receipt, the operator's public key and read access to the stores. ``audit`` checks the
+receipt's hash, signature and (given the earlier receipts) its chain, then probes every artifact again
+using only what the receipt itself carries: the id, the store, and the 32-dim fingerprint. It never opens
+the lineage db — it cannot: the block runs under ``forbid_lineage`` — so it has no probe vectors and does
+not re-run the fragment probes; it says so, and says which probes it could not run and why.
+
+A store contradicts the receipt when an artifact the receipt calls VERIFIED at some level is found again
+at that level or below. Artifacts the receipt did not call VERIFIED cannot be contradicted by finding
+them: the receipt claimed nothing about their absence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tombstone.config import CONFIG_NAME, Config, load_config
+from tombstone.contract import Adapter, open_adapter
+from tombstone.errors import (
+    AdapterError,
+    ConfigError,
+    KeyMaterialError,
+    PhysicalUnsupportedError,
+    ReceiptError,
+    TombstoneError,
+)
+from tombstone.keys import PUBLIC_KEY, load_public_key
+from tombstone.lineage.db import ArtifactRecord, forbid_lineage
+from tombstone.receipt import load_receipt, verify
+from tombstone.verify.levels import Level
+
+NOT_RUN_FRAGMENTS = "fragment probes not re-run: the verifier has no probe table (by design)"
+
+
+@dataclass
+class AuditRow:
+    """One artifact: what the receipt says, what the stores show now, and whether they agree."""
+
+    artifact_id: str
+    """The artifact's id."""
+    store: str
+    """The store it lives in."""
+    receipt_says: str
+    """The receipt's status, e.g. ``VERIFIED(physical)``."""
+    audit_found: str
+    """What the re-probe found: ``absent (logical, physical)``, ``present: ...``, ``not checked``."""
+    agree: bool
+    """False only when the receipt's VERIFIED is contradicted."""
+    not_run: list[str] = field(default_factory=list)
+    """Probes that could not run, with the reason."""
+
+
+@dataclass
+class AuditReport:
+    """Everything the verifier established."""
+
+    receipt: str
+    """Path of the audited receipt."""
+    integrity: str
+    """``ok`` or the first integrity failure (hash, signature, schema)."""
+    chain: str
+    """``not checked``, ``ok (...)`` or the first broken link."""
+    rows: list[AuditRow]
+    """One per artifact (empty when integrity failed)."""
+
+    @property
+    def agree(self) -> bool:
+        return (self.integrity == "ok" and not self.chain.startswith("broken")
+                and all(row.agree for row in self.rows))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"receipt": self.receipt, "integrity": self.integrity, "chain": self.chain, "agree": self.agree,
+                "artifacts": [asdict(r) for r in self.rows], "note": NOT_RUN_FRAGMENTS}
+
+
+def _status(entry: dict[str, Any]) -> str:
+    detail = entry["level"] or entry["reason"] or ""
+    return f"{entry['status']}({detail})"
+
+
+def _find_config(receipt_path: Path, config_path: str | None) -> Config:
+    if config_path:
+        return load_config(config_path)
+    for parent in receipt_path.absolute().parents:
+        if (parent / CONFIG_NAME).is_file():
+            return load_config(parent / CONFIG_NAME)
+    raise ConfigError("no store configuration: pass --config FILE (the auditor needs to know where the stores are)")
+
+
+def check_chain(receipts: Sequence[dict[str, Any]], anchor: str | None) -> str:
+    """Verify links between receipts (already individually verified); name the first broken link."""
+    ordered = sorted(receipts, key=lambda r: r["sequence"])
+    for earlier, later in zip(ordered, ordered[1:]):
+        if later["sequence"] != earlier["sequence"] + 1:
+            return f"broken: receipt #{earlier['sequence'] + 1} is missing between #{earlier['sequence']} and #{later['sequence']}"
+        if later["previous_receipt_hash"] != earlier["receipt_hash"]:
+            return (f"broken: receipt #{later['sequence']} names previous {later['previous_receipt_hash']},"
+                    f" but #{earlier['sequence']} hashes to {earlier['receipt_hash']}")
+    if ordered and ordered[0]["sequence"] == 1 and ordered[0]["previous_receipt_hash"] is not None:
+        return "broken: receipt #1 names a previous receipt"
+    if anchor:
+        try:
+            count_text, head_hash = anchor.split(":", 1)
+            count = int(count_text)
+        except ValueError as exc:
+            raise ReceiptError(f"--anchor must be COUNT:HASH as printed by 'tombstone receipt head', got {anchor!r}") from exc
+        match = [r for r in ordered if r["sequence"] == count]
+        if not match:
+            return f"broken: the published head is receipt #{count}, which the given chain does not contain (truncated?)"
+        if match[0]["receipt_hash"] != head_hash:
+            return f"broken: receipt #{count} hashes to {match[0]['receipt_hash']}, the published head says {head_hash} (rewritten)"
+    span = f"#{ordered[0]['sequence']}..#{ordered[-1]['sequence']}" if ordered else "empty"
+    return f"ok ({len(ordered)} receipts, {span}{', anchored' if anchor else ''})"
+
+
+def audit(
+    receipt_path: str | Path,
+    *,
+    config_path: str | None = None,
+    key_path: str | None = None,
+    previous: Sequence[str] = (),
+    anchor: str | None = None,
+) -> AuditReport:
+    """Audit one receipt against the stores. Raises TombstoneError only for bad input."""
+    receipt_path = Path(receipt_path)
+    with forbid_lineage("the independent verifier"):
+        try:
+            receipt = load_receipt(receipt_path)
+        except ReceiptError as exc:  # unreadable input, not a failed verification
+            raise TombstoneError(str(exc)) from exc
+        config = _find_config(receipt_path, config_path)
+        key = load_public_key(Path(key_path) if key_path else config.keys_dir / PUBLIC_KEY)
+        try:
+            verify(receipt, key)
+        except ReceiptError as exc:
+            return AuditReport(str(receipt_path), f"failed: {exc}", "not checked", [])
+        chain = "not checked"
+        if previous or anchor:
+            chain_receipts = [receipt]
+            for path in previous:
+                earlier = load_receipt(path)
+                try:
+                    verify(earlier, key)
+                except ReceiptError as exc:
+                    return AuditReport(str(receipt_path), "ok", f"broken: {path}: {exc}", [])
+                chain_receipts.append(earlier)
+            chain = check_chain(chain_receipts, anchor)
+        rows = _reprobe(receipt, config)
+    return AuditReport(str(receipt_path), "ok", chain, rows)
+
+
+def _reprobe(receipt: dict[str, Any], config: Config) -> list[AuditRow]:
+    by_store: dict[str, list[dict[str, Any]]] = {}
+    for entry in receipt["artifacts"]:
+        by_store.setdefault(entry["store"], []).append(entry)
+    rows: list[AuditRow] = []
+    for store, entries in sorted(by_store.items()):
+        adapter: Adapter | None = None
+        problem = None
+        cfg = config.stores.get(store)
+        if cfg is None:
+            problem = f"store {store!r} is not in the configuration"
+        else:
+            try:
+                adapter = open_adapter(store, cfg.backend, cfg.options)
+            except TombstoneError as exc:
+                problem = str(exc)
+        arts = [ArtifactRecord(store=store, artifact_id=e["artifact_id"], backend=e["backend"], kind=e["kind"],
+                               fingerprint=tuple(e["fingerprint"]) if e["fingerprint"] else None,
+                               inv_norm=e.get("inv_norm")) for e in entries]
+        logical: dict[str, Any] = {}
+        physical: dict[str, Any] = {}
+        not_run: list[str] = [NOT_RUN_FRAGMENTS]
+        if adapter is not None:
+            try:
+                logical = adapter.probe_logical(arts, None)
+            except (AdapterError, TombstoneError) as exc:
+                not_run.append(f"logical: {exc}")
+            try:
+                physical = adapter.probe_physical(arts)
+            except PhysicalUnsupportedError as exc:
+                not_run.append(f"physical: {exc}")
+            except TombstoneError as exc:
+                not_run.append(f"physical: {exc}")
+            finally:
+                adapter.close()
+        else:
+            not_run.append(f"all probes: {problem}")
+        for entry, art in zip(entries, arts):
+            rows.append(_compare(entry, logical.get(art.artifact_id), physical.get(art.artifact_id), list(not_run)))
+    return rows
+
+
+def _compare(entry: dict[str, Any], logical, physical, not_run: list[str]) -> AuditRow:
+    found = []
+    absent = []
+    for level, result in (("logical", logical), ("physical", physical)):
+        if result is None:
+            continue
+        if result.passed:
+            absent.append(level)
+        else:
+            found.append(f"{level}: {result.measurement}")
+    if found:
+        summary = "present: " + "; ".join(found)
+    elif absent:
+        summary = f"absent ({', '.join(absent)})"
+    else:
+        summary = "not checked"
+    agree = True
+    if entry["status"] == "VERIFIED":
+        claimed = Level(entry["level"]).rank
+        contradicted = [r for lv, r in (("logical", logical), ("physical", physical))
+                        if r is not None and not r.passed and Level(lv).rank <= claimed]
+        agree = not contradicted
+        if entry["level"] == "physical" and physical is None:
+            not_run.append("physical: the receipt claims this level but the verifier could not check it")
+    return AuditRow(entry["artifact_id"], entry["store"], _status(entry), summary, agree, not_run)
