@@ -49,8 +49,8 @@ def test_demo_layout_and_receipt(demo_dir):
     assert (demo_dir / "stores" / "docstore" / "docstore.db").is_file()
     receipt = json.loads((demo_dir / "receipts" / "user-0001.json").read_text())
     assert receipt["subject"] == "user-0001"
-    assert receipt["summary"]["VERIFIED"] == 6
-    assert {a["backend"] for a in receipt["artifacts"]} == {"chroma", "docstore"}
+    assert receipt["summary"]["VERIFIED"] == 8
+    assert {a["backend"] for a in receipt["artifacts"]} == {"chroma", "docstore", "exact_cache", "semantic_cache"}
     assert (demo_dir / "stores" / "chroma" / "chroma.sqlite3").is_file()
     assert (demo_dir / "keys" / "signing.key").stat().st_mode & 0o777 == 0o600
     assert (demo_dir / "keys" / "lineage.secret").stat().st_mode & 0o777 == 0o600
@@ -145,7 +145,7 @@ def test_unreadable_store_loses_nothing(tmp_path):
     err = one_line_error(run("erase", "user-0001", "--config", str(root / "tombstone.toml")), 2)
     assert "docstore file not found" in err
     status = run("status", "--config", str(root / "tombstone.toml"))
-    assert "no erasure has been run" in status.output and "live 30" in status.output
+    assert "no erasure has been run" in status.output and "live 40" in status.output
     moved.rename(store)
     assert run("erase", "user-0001", "--config", str(root / "tombstone.toml")).exit_code == 0
 

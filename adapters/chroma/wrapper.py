@@ -72,8 +72,15 @@ def _filter_nested(result: dict[str, Any], strip_metadata: bool) -> dict[str, An
     return out
 
 
+def _edges(sources) -> list[tuple[str, str, str]]:
+    """(store, id) or (store, id, relation) → (store, id, relation)."""
+    return [(s[0], s[1], s[2] if len(s) > 2 else "derived") for s in sources]
+
+
 class TombstoneCollection:
     """A chromadb collection, wrapped. ``lineage=None`` gives a read-only view (no capture)."""
+
+    backend = BACKEND
 
     def __init__(self, collection: Any, *, lineage: LineageDB | None, store: str, embedder: Embedder | None = None) -> None:
         self._collection = collection
@@ -106,15 +113,16 @@ class TombstoneCollection:
 
     # -- writes -------------------------------------------------------------------------------
 
-    def _capture(self, ids: Sequence[str], documents, embeddings, subject) -> np.ndarray:
+    def _capture(self, ids: Sequence[str], documents, embeddings, subject, *, kind: str = "vector",
+                 sources: Sequence[tuple[str, str]] = ()) -> np.ndarray:
         if self.lineage is None or self.embedder is None:
             raise ValueError("this wrapper was opened read-only (no lineage db or embedder)")
         ids = [str(i) for i in ids]
         subjects = [subject] * len(ids) if isinstance(subject, str) else list(subject)
         if len(subjects) != len(ids):
             raise ValueError("one subject, or one per id")
-        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
-                              documents=documents, embeddings=embeddings)
+        cap = capture_vectors(self.embedder, store=self.store, backend=self.backend, ids=ids,
+                              documents=documents, embeddings=embeddings, kind=kind)
         # Lineage first, all of it in one transaction: assume the store write will fail. A lineage
         # row for a record that never landed is harmless; a record without lineage can't be erased.
         with self.lineage.atomic():
@@ -124,6 +132,8 @@ class TombstoneCollection:
                     who,
                     [r for r in cap.records if r.artifact_id in mine],
                     probes=[p for p in cap.probes if p[1] in mine],
+                    edges=[(s_store, s_id, self.store, i, relation) for i in mine
+                           for s_store, s_id, relation in _edges(sources)],
                 )
         return cap.vectors
 
@@ -135,13 +145,17 @@ class TombstoneCollection:
             return None
         return [{k: v for k, v in m.items() if k != SUPPRESSED} if m else m for m in metadatas]
 
-    def add(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, **kwargs) -> None:
-        vectors = self._capture(ids, documents, embeddings, subject)
+    def add(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, sources=(), kind="vector",
+            **kwargs) -> None:
+        """Add records for ``subject``. ``sources`` are the (store, artifact id) pairs they were derived from
+        (e.g. the docstore document a chunk was cut from): erasing a source erases what was derived from it."""
+        vectors = self._capture(ids, documents, embeddings, subject, kind=kind, sources=sources)
         self._call("add", ids=list(ids), embeddings=vectors, documents=documents,
                    metadatas=self._unflagged(metadatas), **kwargs)
 
-    def upsert(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, **kwargs) -> None:
-        vectors = self._capture(ids, documents, embeddings, subject)
+    def upsert(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, sources=(), kind="vector",
+               **kwargs) -> None:
+        vectors = self._capture(ids, documents, embeddings, subject, kind=kind, sources=sources)
         self._call("upsert", ids=list(ids), embeddings=vectors, documents=documents,
                    metadatas=self._unflagged(metadatas), **kwargs)
 

@@ -57,9 +57,9 @@ def init(home: str) -> None:
 @main.command()
 @click.option("--workdir", type=click.Path(file_okay=False), default="tombstone-demo", show_default=True,
               help="Directory to build the deployment in.")
-@click.option("--backends", default="chroma,docstore", show_default=True,
-              help="Comma-separated backends to build (chroma, docstore, faiss, pgvector, pinecone, qdrant);"
-                   " pinecone runs against a local emulator of its API.")
+@click.option("--backends", default="chroma,docstore,exact_cache,semantic_cache", show_default=True,
+              help="Comma-separated backends to build (chroma, docstore, exact_cache, faiss, pgvector, pinecone,"
+                   " qdrant, semantic_cache); pinecone runs against a local emulator of its API.")
 @click.option("--subjects", type=int, default=5, show_default=True, help="Number of subjects to create.")
 @click.option("--erase", "erase_subject", default=None,
               help="Subject to erase (default: the first one); 'none' builds without erasing.")
@@ -144,6 +144,29 @@ def status(subject: str | None, config_path: str | None) -> None:
             return
         rows = [(s["saga_id"], s["subject"], s["state"], s["started_at"], s["finished_at"] or "-") for s in sagas]
         click.echo(_table(("saga", "subject", "state", "started", "finished"), rows))
+
+
+@main.command()
+@click.argument("subject")
+@CONFIG_OPTION
+def where(subject: str, config_path: str | None) -> None:
+    """Show SUBJECT's lineage graph: every artifact, its store, what it was derived from, and its state."""
+    from tombstone.api import Tombstone
+    from tombstone.errors import UnknownSubjectError
+
+    with Tombstone.open(config_path) as tomb:
+        scope = tomb.lineage.closure(tomb.lineage.subject_key(subject))
+        if not scope:
+            raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it")
+        rows = []
+        for art, why in scope:
+            edges = tomb.lineage.edges_of(art)
+            derived = ", ".join(f"{s}/{i}" for s, i, _ in edges["derived"]) or "-"
+            gap = tomb.lineage.lineage_gap(art)
+            third = tomb.lineage.third_party(art.artifact_id)
+            state = art.state + (f" (gap: {gap})" if gap else "") + (f" (sent to {third['recipient']})" if third else "")
+            rows.append((art.store, art.backend, art.kind, art.artifact_id, why, derived, state))
+    click.echo(_table(("store", "backend", "kind", "artifact", "in scope because", "derived into", "state"), rows))
 
 
 @main.group()

@@ -18,10 +18,11 @@ from tombstone.config import CONFIG_NAME
 from tombstone.errors import ConfigError
 
 MARKER = ".tombstone-demo"
-DEMO_BACKENDS = ("chroma", "docstore", "faiss", "pgvector", "pinecone", "qdrant")
+DEMO_BACKENDS = ("chroma", "docstore", "exact_cache", "faiss", "pgvector", "pinecone", "qdrant", "semantic_cache")
 # Services the demo started in this process (the Pinecone emulator), stopped by stop_services().
 _SERVICES: list = []
-DEFAULT_BACKENDS = "chroma,docstore"
+DEFAULT_BACKENDS = "chroma,docstore,exact_cache,semantic_cache"
+DEMO_LLM = "demo-llm(temperature=0)"
 COLLECTION = "rag-chunks"
 # Small HNSW batch and sync thresholds so even a small demo writes Chroma's segment files to disk.
 CHROMA_METADATA = {"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20}
@@ -83,7 +84,7 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
     config = init_deployment(workdir, stores)
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
-        for name in backends:
+        for name in sorted(backends, key=_FILL_ORDER.index):
             fill(tomb, name, refs)
     assert (workdir / CONFIG_NAME).exists()
     return refs
@@ -116,9 +117,59 @@ def _fill_chroma(tomb: Tombstone, store: str, path: str, refs: list[str]) -> Non
     name = tomb.config.stores[store].options.get("collection", COLLECTION)
     collection = client.get_or_create_collection(name, metadata=CHROMA_METADATA, embedding_function=None)
     chunks = TombstoneCollection(collection, lineage=tomb.lineage, store=store, embedder=_embedder())
+    docstore = _store_of(tomb, "docstore")
     for ref in refs:
         ids, texts, metas = _chunks(ref)
-        chunks.add(ids=ids, documents=texts, metadatas=metas, subject=ref)
+        for chunk_id, text, meta in zip(ids, texts, metas):
+            # each chunk was cut from a docstore document: erasing the document reaches the chunk
+            sources = [(docstore, chunk_id.split("#")[0], "chunked_into")] if docstore else []
+            chunks.add(ids=[chunk_id], documents=[text], metadatas=[meta], subject=ref, sources=sources)
+
+
+def _store_of(tomb: Tombstone, backend: str) -> str | None:
+    return next((name for name, cfg in tomb.config.stores.items() if cfg.backend == backend), None)
+
+
+def _answer(ref: str) -> tuple[str, list, list[tuple[str, str]]]:
+    """A question about the subject, the (simulated) LLM's answer quoting the first chunk, and its sources."""
+    from langchain_core.outputs import Generation
+
+    ids, texts, _ = _chunks(ref)
+    prompt = f"Summarise the first support note for {ref}."
+    return prompt, [Generation(text=f"The note says: {' '.join(texts[0].split()[4:16])}...")], [ids[0]]
+
+
+def _sources(tomb: Tombstone, chunk_ids: list[str]) -> list[tuple[str, str]]:
+    chroma, docstore = _store_of(tomb, "chroma"), _store_of(tomb, "docstore")
+    if chroma:
+        return [(chroma, c) for c in chunk_ids]
+    return [(docstore, c.split("#")[0]) for c in chunk_ids] if docstore else []
+
+
+def _fill_exact_cache(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
+    from tombstone_adapters.caches import TombstoneSQLiteCache, attribution
+
+    cache = TombstoneSQLiteCache(path, lineage=tomb.lineage, store=store)
+    for ref in refs:
+        prompt, generations, chunk_ids = _answer(ref)
+        with attribution(ref, _sources(tomb, chunk_ids)):
+            cache.update(prompt, DEMO_LLM, generations)
+    cache.engine.dispose()
+
+
+def _fill_semantic_cache(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
+    import chromadb
+
+    from tombstone_adapters.caches import TombstoneSemanticCache, attribution
+
+    options = tomb.config.stores[store].options
+    collection = chromadb.PersistentClient(path=path).get_or_create_collection(
+        options.get("collection", "answers"), metadata=CHROMA_METADATA, embedding_function=None)
+    cache = TombstoneSemanticCache(collection, lineage=tomb.lineage, store=store, embedder=_embedder())
+    for ref in refs:
+        prompt, generations, chunk_ids = _answer(ref)
+        with attribution(ref, _sources(tomb, chunk_ids)):
+            cache.update(prompt, DEMO_LLM, generations)
 
 
 def _fill_docstore(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
@@ -221,4 +272,9 @@ STORES = {
     "pgvector": ({"backend": "pgvector", "data_dir": "stores/pgvector/pgdata", "table": "rag_chunks"}, _fill_pgvector),
     # managed: nothing lives under stores/; the emulator's host is written into the config at start
     "pinecone": ({}, _fill_pinecone),
+    "exact_cache": ({"backend": "exact_cache", "path": "stores/exact_cache/llm_cache.db"}, _fill_exact_cache),
+    "semantic_cache": ({"backend": "semantic_cache", "path": "stores/semantic_cache", "collection": "answers"},
+                       _fill_semantic_cache),
 }
+# Order of filling: sources before what is derived from them.
+_FILL_ORDER = ("docstore", "chroma", "faiss", "qdrant", "pgvector", "pinecone", "exact_cache", "semantic_cache")

@@ -63,6 +63,7 @@ def capture_vectors(
     ids: Sequence[str],
     documents: Sequence[str | None] | None,
     embeddings: np.ndarray | Sequence[Sequence[float]] | None = None,
+    kind: str = "vector",
 ) -> VectorCapture:
     """Embed chunks (unless given) and their probe fragments in one call; build lineage rows.
 
@@ -90,7 +91,7 @@ def capture_vectors(
             store=store,
             artifact_id=str(ids[i]),
             backend=backend,
-            kind="vector",
+            kind=kind,
             fingerprint=tuple(fingerprints[i]),
             content_hash=content_hash(docs[i], vectors[i]),
             inv_norm=float(inv_norms[i]),

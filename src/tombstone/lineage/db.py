@@ -24,6 +24,9 @@ from tombstone.keys import LineageSecret
 from tombstone.lineage.migrations import MIGRATIONS
 
 FINGERPRINT_DIMS = 32
+THIRD_PARTY_STORE = "third-party"
+EXTERNAL_BACKEND = "external"
+DERIVED_KINDS = frozenset({"cache_entry", "semantic_cache_entry"})
 _forbidden: contextvars.ContextVar[str | None] = contextvars.ContextVar("lineage_forbidden", default=None)
 
 
@@ -107,6 +110,8 @@ class LineageDB:
             self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA journal_mode=WAL")
+            # Purged probe rows must not linger in free pages, whatever SQLite's build default is.
+            self._conn.execute("PRAGMA secure_delete=ON")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.execute("PRAGMA busy_timeout=30000")
             self._migrate()
@@ -264,6 +269,69 @@ class LineageDB:
             "SELECT * FROM artifacts WHERE subject_key = ? ORDER BY store, artifact_id", (subject_key,)
         )
         return [self._artifact(row) for row in rows]
+
+    def closure(self, subject_key: str) -> list[tuple[ArtifactRecord, str]]:
+        """The subject's artifacts and everything derived from them, transitively, with why each is in scope.
+
+        Derived artifacts are in scope whoever they were recorded for: a cache entry built from the
+        subject's chunk holds the subject's data. Artifacts that merely share content are not reached.
+        """
+        owned = self.artifacts_for(subject_key)
+        out: dict[tuple[str, str], tuple[ArtifactRecord, str]] = {(a.store, a.artifact_id): (a, "owned") for a in owned}
+        frontier = list(out)
+        while frontier:
+            store, aid = frontier.pop()
+            for dst_store, dst_id, relation in self._conn.execute(
+                "SELECT dst_store, dst_id, relation FROM edges WHERE src_store = ? AND src_id = ?", (store, aid)
+            ).fetchall():
+                if (dst_store, dst_id) in out:
+                    continue
+                art = self.artifact(dst_store, dst_id)
+                if art is None:
+                    continue  # reported as a lineage gap on the source
+                out[(dst_store, dst_id)] = (art, f"{relation} from {store}/{aid}")
+                frontier.append((dst_store, dst_id))
+        return sorted(out.values(), key=lambda pair: (pair[0].store, pair[0].artifact_id))
+
+    def edges_of(self, artifact: ArtifactRecord) -> dict[str, list[tuple[str, str, str]]]:
+        """Incoming (``sources``) and outgoing (``derived``) edges as (store, id, relation)."""
+        key = (artifact.store, artifact.artifact_id)
+        sources = self._conn.execute(
+            "SELECT src_store, src_id, relation FROM edges WHERE dst_store = ? AND dst_id = ?", key).fetchall()
+        derived = self._conn.execute(
+            "SELECT dst_store, dst_id, relation FROM edges WHERE src_store = ? AND src_id = ?", key).fetchall()
+        return {"sources": [tuple(r) for r in sources], "derived": [tuple(r) for r in derived]}
+
+    def lineage_gap(self, artifact: ArtifactRecord) -> str | None:
+        """What is missing around an artifact: an edge to an artifact the db does not know, or a derived
+        copy whose source was never recorded."""
+        edges = self.edges_of(artifact)
+        for store, aid, relation in edges["sources"]:
+            if self.artifact(store, aid) is None:
+                return f"derived ({relation}) from {store}/{aid}, which the lineage db does not know"
+        for store, aid, relation in edges["derived"]:
+            if self.artifact(store, aid) is None:
+                return f"edge ({relation}) to {store}/{aid}, which the lineage db does not know"
+        if artifact.kind in DERIVED_KINDS and not edges["sources"]:
+            return f"a {artifact.kind} with no recorded source"
+        return None
+
+    def record_third_party(self, subject: str, src_store: str, src_id: str, recipient: str, *,
+                           sent_at: str | None = None, note: str = "") -> ArtifactRecord:
+        """Record that a copy of an artifact left for a third party. It can only ever be NEEDS_HUMAN."""
+        artifact = ArtifactRecord(store=THIRD_PARTY_STORE, artifact_id=f"{recipient}:{src_store}/{src_id}",
+                                  backend=EXTERNAL_BACKEND, kind="external_copy")
+        with self.atomic() as conn:
+            self.record_artifacts(subject, [artifact], edges=[(src_store, src_id, artifact.store, artifact.artifact_id,
+                                                               "sent_to_third_party")])
+            conn.execute("INSERT OR REPLACE INTO third_parties VALUES (?, ?, ?, ?)",
+                         (artifact.artifact_id, recipient, sent_at or self._now(), note))
+        return artifact
+
+    def third_party(self, artifact_id: str) -> dict[str, str] | None:
+        row = self._conn.execute("SELECT recipient, sent_at, note FROM third_parties WHERE artifact_id = ?",
+                                 (artifact_id,)).fetchone()
+        return {"recipient": row[0], "sent_at": row[1], "note": row[2]} if row else None
 
     def artifact(self, store: str, artifact_id: str) -> ArtifactRecord | None:
         row = self._conn.execute(

@@ -91,4 +91,18 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         ALTER TABLE artifacts ADD COLUMN inv_norm REAL;
         """,
     ),
+    (
+        3,
+        "third parties",
+        """
+        -- A copy that left for a third party (an external processor, an export, an email). Its artifact
+        -- row lives in the pseudo-store 'third-party' with backend 'external'; this says who and when.
+        CREATE TABLE third_parties (
+            artifact_id TEXT PRIMARY KEY,
+            recipient   TEXT NOT NULL,
+            sent_at     TEXT NOT NULL,
+            note        TEXT NOT NULL DEFAULT ''
+        );
+        """,
+    ),
 )

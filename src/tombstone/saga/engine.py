@@ -18,12 +18,13 @@ from tombstone.errors import (
     AdapterNotFoundError,
     ConfigError,
     PhysicalUnsupportedError,
+    ScopeViolationError,
     ReclaimUnavailableError,
     SagaError,
     TombstoneError,
     UnknownSubjectError,
 )
-from tombstone.lineage.db import ArtifactRecord
+from tombstone.lineage.db import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.contract import Capability
 from tombstone.clock import iso
 from tombstone.keys import load_private_key
@@ -62,27 +63,46 @@ class Saga:
         self.out_path = out_path
 
     @classmethod
-    def start(cls, tomb: "Tombstone", subject: str, out_path: str | None = None) -> "Saga":
-        """Start an erasure, or continue the unfinished one for the same subject."""
+    def start(cls, tomb: "Tombstone", subject: str, out_path: str | None = None,
+              artifacts: list[tuple[str, str]] | None = None) -> "Saga":
+        """Start an erasure, or continue the unfinished one for the same subject.
+
+        ``artifacts`` limits the erasure to some (store, id) pairs of the subject's lineage graph; asking
+        for anything outside it — another subject's artifact — raises ScopeViolationError.
+        """
         if not subject or not subject.strip():
             raise UnknownSubjectError("subject reference is empty")
         key = tomb.lineage.subject_key(subject)
-        if not tomb.lineage.artifacts_for(key):
+        scope = tomb.lineage.closure(key)
+        if not scope:
             raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it",
                                       subject=subject)
+        if artifacts is not None:
+            known = {(a.store, a.artifact_id): (a, why) for a, why in scope}
+            outside = [pair for pair in artifacts if tuple(pair) not in known]
+            if outside:
+                store, aid = outside[0]
+                raise ScopeViolationError(
+                    f"artifact {aid} in store {store} is not in {subject!r}'s lineage graph (another subject's, or unknown)",
+                    store=store, subject=subject)
+            scope = [known[tuple(pair)] for pair in artifacts]
         running = tomb.lineage.running_saga(key)
         if running is not None:
             return cls(tomb, running["saga_id"], subject, out_path or running["out_path"])
         # Preflight: a store that cannot even be opened stops a new saga before anything changes.
         # A store with no adapter does not: that artifact is reported UNVERIFIED(no adapter).
-        for store in sorted({a.store for a in tomb.lineage.artifacts_for(key)}):
+        for store in sorted({a.store for a, _ in scope} - {THIRD_PARTY_STORE}):
             try:
                 tomb.adapter(store)
             except (AdapterNotFoundError, ConfigError):
                 continue
         saga_id = str(uuid.uuid4())
         tomb.lineage.create_saga(saga_id, subject, out_path)
-        return cls(tomb, saga_id, subject, out_path)
+        saga = cls(tomb, saga_id, subject, out_path)
+        # The plan is journaled first: the set of artifacts is fixed for the saga's life, so a resume
+        # works on exactly what a clean run would have, even if the app wrote more in between.
+        saga._step("plan", "", lambda: {"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
+        return saga
 
     @classmethod
     def resume(cls, tomb: "Tombstone", saga_id: str) -> "Saga":
@@ -104,10 +124,22 @@ class Saga:
         self.lineage.journal(self.saga_id, step, target, "end", result)
         return result
 
+    def _plan(self) -> list[ArtifactRecord]:
+        plan = self.lineage.step_result(self.saga_id, "plan")
+        if plan is None:
+            raise SagaError(f"saga {self.saga_id} has no plan; it cannot be resumed")
+        self.scope = {(store, aid): why for store, aid, why in plan["artifacts"]}
+        artifacts = []
+        for store, aid, _ in plan["artifacts"]:
+            art = self.lineage.artifact(store, aid)
+            if art is None:
+                raise SagaError(f"saga {self.saga_id}: planned artifact {store}/{aid} vanished from the lineage db")
+            artifacts.append(art)
+        return artifacts
+
     def run(self) -> dict[str, Any]:
         """Run every step not yet done; return the signed receipt."""
-        artifacts = self.lineage.artifacts_for(self.lineage.subject_key(self.subject))
-        groups = _group(artifacts)
+        groups = _group(self._plan())
         for store, arts in groups.items():
             self._step("suppress", store, lambda: self._suppress(store, arts))
         for store, arts in groups.items():
@@ -122,6 +154,8 @@ class Saga:
         # The durable record comes first: nothing may receive a status without one, and a crash
         # between the record and the store's hide is repaired by re-running this (idempotent) step.
         self.lineage.record_suppressions(self.saga_id, arts)
+        if store == THIRD_PARTY_STORE:
+            return {"evidence": {"mechanism": "none: the copy is outside every store; a person must follow it up"}}
         try:
             adapter = self.tomb.adapter(store)
             evidence = adapter.suppress(arts)
@@ -134,6 +168,8 @@ class Saga:
 
     def _reclaim(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
         suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
+        if store == THIRD_PARTY_STORE:
+            return {"skipped": "copies held by third parties cannot be reclaimed from here"}
         if "evidence" not in suppressed:
             return {"skipped": "suppression did not complete"}
         adapter = self.tomb.adapter(store)
@@ -159,7 +195,9 @@ class Saga:
         logical: dict[str, Any] = {}
         physical: dict[str, Any] = {}
         unsupported = None
-        if not (error or no_adapter):
+        if store == THIRD_PARTY_STORE:
+            pass  # nothing to probe: decided by the third-party rule
+        elif not (error or no_adapter):
             try:
                 adapter = self.tomb.adapter(store)
                 logical = adapter.probe_logical(arts, self.lineage.probe_vectors(arts))
@@ -187,8 +225,13 @@ class Saga:
                     physical_passed = True
                     duplicate = (f"{len(sharing)} live artifact(s) of other subjects hold the same content"
                                  f"{' (bytes found)' if pp.content_found else ''}")
+            third = self.lineage.third_party(art.artifact_id) if store == THIRD_PARTY_STORE else None
             findings = Findings(
                 artifact_id=art.artifact_id,
+                scope_violation=None if (art.store, art.artifact_id) in self.scope else "not in the saga's plan",
+                lineage_gap=self.lineage.lineage_gap(art),
+                third_party=(f"{third['recipient']} received a copy ({third['sent_at']})"
+                             f"{': ' + third['note'] if third['note'] else ''}") if third else None,
                 suppressed=self.lineage.is_suppressed(art.store, art.artifact_id),
                 dlq_error=error,
                 no_adapter=no_adapter,
@@ -234,6 +277,7 @@ class Saga:
                         "fingerprint": list(art.fingerprint) if art.fingerprint is not None else None,
                         "inv_norm": art.inv_norm,
                         "evidence": {
+                            "scope": self.scope.get((art.store, art.artifact_id), "owned"),
                             "suppression": {"recorded": True, **sup},
                             "reclaim": rec or None,
                             "probes": decided["probes"],

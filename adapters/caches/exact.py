@@ -1,0 +1,141 @@
+"""Exact LLM cache: LangChain's SQLite cache, wrapped.
+
+``TombstoneSQLiteCache`` is a ``langchain_community`` ``SQLAlchemyCache`` on SQLite whose table carries
+one more column, ``entry_id``: the artifact id of each cached answer. The prompt — the cache key — is
+user content and never reaches the lineage db; the entry id stands for it, lives in the same row, and
+leaves with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_community.cache import SQLAlchemyCache
+from langchain_core.load.dump import dumps
+from sqlalchemy import Column, Integer, String, create_engine
+from sqlalchemy.orm import Session, declarative_base
+
+from tombstone.contract import Adapter, Capability, ProbeResult
+from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.lineage.db import ArtifactRecord, LineageDB
+from tombstone.verify.levels import Level
+
+from .attribution import current
+
+BACKEND = "exact_cache"
+TABLE = "tombstone_llm_cache"
+_Base = declarative_base()
+
+
+class TombstoneLLMCacheRow(_Base):  # type: ignore[misc,valid-type]
+    """LangChain's FullLLMCache columns, plus the entry's artifact id."""
+
+    __tablename__ = TABLE
+    prompt = Column(String, primary_key=True)
+    llm = Column(String, primary_key=True)
+    idx = Column(Integer, primary_key=True)
+    response = Column(String)
+    entry_id = Column(String, index=True)
+
+
+def entry_id(prompt: str, llm_string: str) -> str:
+    return "llmcache-" + hashlib.sha256(f"{prompt}\x00{llm_string}".encode()).hexdigest()[:32]
+
+
+class TombstoneSQLiteCache(SQLAlchemyCache):
+    """Set it with ``langchain_core.globals.set_llm_cache``; wrap LLM calls in ``attribution(...)``."""
+
+    def __init__(self, database_path: str | Path, *, lineage: LineageDB | None = None, store: str = BACKEND) -> None:
+        Path(database_path).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(create_engine(f"sqlite:///{database_path}"), cache_schema=TombstoneLLMCacheRow)
+        self.lineage, self.store = lineage, store
+
+    def update(self, prompt: str, llm_string: str, return_val: Sequence[Any]) -> None:
+        eid = entry_id(prompt, llm_string)
+        if self.lineage is not None:
+            who = current()
+            # Lineage first: assume the cache write will fail.
+            self.lineage.record_artifacts(
+                who.subject,
+                [ArtifactRecord(store=self.store, artifact_id=eid, backend=BACKEND, kind="cache_entry",
+                                content_hash=hashlib.sha256(f"{prompt}\x00{llm_string}".encode()).hexdigest())],
+                edges=[(s, i, self.store, eid, "answer_built_from") for s, i in who.sources],
+            )
+        rows = [TombstoneLLMCacheRow(prompt=prompt, llm=llm_string, response=dumps(gen), idx=i, entry_id=eid)
+                for i, gen in enumerate(return_val)]
+        with Session(self.engine) as session, session.begin():
+            for row in rows:
+                session.merge(row)
+
+
+class ExactCacheAdapter(Adapter):
+    """Options: ``path`` (the SQLite file), ``secure_delete`` (bool, optional)."""
+
+    backend = BACKEND
+    capabilities = frozenset({Capability.IMMEDIATE_DELETE, Capability.RECLAIM, Capability.LOGICAL_PROBE,
+                              Capability.PHYSICAL_SCAN})
+    levels = (Level.LOGICAL, Level.PHYSICAL)
+
+    def __init__(self, store: str, options: Mapping[str, Any]) -> None:
+        super().__init__(store, options)
+        if "path" not in options:
+            raise ConfigError(f"store {store!r}: the exact_cache backend needs path = \"...\"")
+        self.path = Path(options["path"])
+        if not self.path.is_file():
+            raise StoreUnavailableError(f"no cache database at {self.path}", store=store, retryable=False)
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        if options.get("secure_delete") is not None:
+            self.conn.execute(f"PRAGMA secure_delete={'ON' if options['secure_delete'] else 'OFF'}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _ids(self, artifacts: Sequence[ArtifactRecord]) -> list[str]:
+        return [a.artifact_id for a in artifacts]
+
+    def _delete(self, ids: list[str]) -> int:
+        try:
+            return sum(self.conn.execute(f"DELETE FROM {TABLE} WHERE entry_id = ?", (i,)).rowcount for i in ids)
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailableError(f"cache delete failed: {exc}", store=self.store) from exc
+
+    def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        # A cache has no hide state: suppression is deletion, and a miss only costs a recomputation.
+        return {"mechanism": "row deleted at suppression (a cache has no hide state)",
+                "rows_deleted": self._delete(self._ids(artifacts))}
+
+    def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
+        self._delete(self._ids(artifacts))
+
+    def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        deleted = self._delete(self._ids(artifacts))
+        try:
+            mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self.conn.execute("VACUUM")
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailableError(f"cache VACUUM failed: {exc}", store=self.store) from exc
+        return {"steps": ["DELETE (again, idempotent)", "VACUUM"], "rows_deleted": deleted, "journal_mode": mode,
+                "secure_delete": bool(self.conn.execute("PRAGMA secure_delete").fetchone()[0])}
+
+    def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
+        results = {}
+        for art in artifacts:
+            hit = self.conn.execute(f"SELECT count(*) FROM {TABLE} WHERE entry_id = ?", (art.artifact_id,)).fetchone()[0]
+            results[art.artifact_id] = ProbeResult(
+                level=Level.LOGICAL, passed=not hit, measurement=f"{hit} cached generation(s) still stored" if hit else None,
+                evidence={"paths": ["select by entry_id"],
+                          "note": "a lookup needs the prompt, which Tombstone never keeps; the entry id stands for it"})
+        return results
+
+    def physical_files(self) -> list[Path]:
+        if not os.access(self.path, os.R_OK):
+            raise PhysicalUnsupportedError(f"cache database {self.path} is not readable", store=self.store)
+        return [self.path] + [Path(f"{self.path}{s}") for s in ("-wal", "-journal", "-shm")]
