@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tombstone import Tombstone, __version__, init_deployment
+from tombstone import ArtifactRecord, Tombstone, __version__, init_deployment
 from tombstone.verify.physical import scan_files
 from tombstone_adapters.docstore import DocStore, DocstoreAdapter
 
@@ -296,6 +296,47 @@ def pgvector_residue(tmp: Path) -> dict:
     return out
 
 
+def cache_residue(tmp: Path) -> dict:
+    """Caches: 400 subjects with one cached answer each in the exact and the semantic cache, each built
+    from a recorded source; 200 erased. Entry ids (and, for the semantic cache, fingerprints) found after
+    the cache's own delete, then after Tombstone's reclaim."""
+    import chromadb
+    from langchain_core.outputs import Generation
+
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.caches import TombstoneSQLiteCache, TombstoneSemanticCache, attribution
+
+    config = init_deployment(tmp / "caches", {
+        "exact_cache": {"backend": "exact_cache", "path": "stores/exact/cache.db", "secure_delete": False},
+        "semantic_cache": {"backend": "semantic_cache", "path": "stores/semantic", "collection": "answers"}})
+    refs = [f"bench-{i:04d}" for i in range(2 * SUBJECTS)]
+    out = {}
+    with Tombstone(config) as tomb:
+        exact = TombstoneSQLiteCache(config.stores["exact_cache"].options["path"], lineage=tomb.lineage,
+                                     store="exact_cache")
+        col = chromadb.PersistentClient(path=config.stores["semantic_cache"].options["path"]).create_collection(
+            "answers", metadata=CHROMA_META, embedding_function=None)
+        semantic = TombstoneSemanticCache(col, lineage=tomb.lineage, store="semantic_cache", embedder=HashingEmbedder(DIM))
+        for i, ref in enumerate(refs):
+            tomb.lineage.record_artifacts(ref, [ArtifactRecord("docs", f"{ref}-doc", "docstore", "document")])
+            prompt = f"question {i}: " + _chunk_text(i, 0)[:200]
+            with attribution(ref, [("docs", f"{ref}-doc")]):
+                exact.update(prompt, "llm", [Generation(text=f"answer {i}")])
+                semantic.update(prompt, "llm", [Generation(text=f"answer {i}")])
+        exact.engine.dispose()
+        for store in ("exact_cache", "semantic_cache"):
+            arts = [a for r in refs[:SUBJECTS] for a in tomb.lineage.artifacts_for(tomb.lineage.subject_key(r))
+                    if a.store == store]
+            adapter = tomb.adapter(store)
+            adapter.native_delete(arts)
+            found = lambda res: (sum(res[a.artifact_id].id_found for a in arts),
+                                 sum(res[a.artifact_id].content_found for a in arts))
+            out[store] = {"own delete": found(adapter.probe_physical(arts))}
+            adapter.reclaim(arts)
+            out[store]["Tombstone reclaim"] = found(adapter.probe_physical(arts))
+    return out
+
+
 def files_rate(files: list[Path], patterns: list[bytes], tmp: Path, reps: int = 5) -> dict:
     total = sum(p.stat().st_size for p in files)
     pattern_file = tmp / "chroma-patterns.bin"
@@ -319,6 +360,7 @@ def main() -> None:
         res = residue(tmp)
         times = erase_times(tmp)
         rate = scan_rate(tmp)
+        caches = cache_residue(tmp)
         pg_residue = pgvector_residue(tmp)
         pg_steps = vector_steps("pgvector", tmp)
         vector = {}
@@ -460,6 +502,22 @@ def main() -> None:
         f" verify {pg_steps.get('verify', 0) * 1000:.1f} ms.",
         "",
     ]
+    lines += [
+        "## Caches: residue after the cache's own delete vs after reclaim",
+        "",
+        f"{2 * SUBJECTS} subjects with one cached answer each, in the exact cache (LangChain's SQLite cache, with"
+        " `secure_delete` off on the adapter's connection, upstream SQLite's default) and the semantic cache (a"
+        f" Chroma collection); {SUBJECTS} erased. The exact cache is probed for the entry id (the prompt is never"
+        " kept); the semantic cache for the entry id and the prompt embedding's fingerprint.",
+        "",
+        "| cache | after | entries with ids found | entries with fingerprints found |",
+        "|---|---|---|---|",
+    ]
+    for store, res in caches.items():
+        for label, (ids_found, fps_found) in res.items():
+            fps = f"{fps_found} / {SUBJECTS}" if store == "semantic_cache" else "n/a"
+            lines.append(f"| {store} | {label} | {ids_found} / {SUBJECTS} | {fps} |")
+    lines.append("")
     (ROOT / "RESULTS.md").write_text("\n".join(lines))
     print("\n".join(lines))
 

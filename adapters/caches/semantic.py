@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.caches import BaseCache
-from langchain_core.load.dump import dumps
-from langchain_core.load.load import loads
+from langchain_core.outputs import Generation
 
 from tombstone.contract import Capability
 from tombstone.lineage.db import ArtifactRecord
@@ -36,7 +35,8 @@ class _SemanticCollection(TombstoneCollection):
 
 
 class TombstoneSemanticCache(BaseCache):
-    """A LangChain cache over a Chroma collection (``embedding_function=None``) and your embedder."""
+    """A LangChain cache over a Chroma collection (``embedding_function=None``) and your embedder.
+    Generations are kept as their text and generation info."""
 
     def __init__(self, collection: Any, *, lineage, store: str, embedder, threshold: float = 0.05) -> None:
         self.entries = _SemanticCollection(collection, lineage=lineage, store=store, embedder=embedder)
@@ -48,14 +48,16 @@ class TombstoneSemanticCache(BaseCache):
         hits = self.entries.query(query_texts=[prompt], n_results=1, where={"llm": llm_string},
                                   include=["metadatas", "distances"])
         if hits["ids"][0] and hits["distances"][0][0] <= self.threshold:
-            return [loads(g) for g in json.loads(hits["metadatas"][0][0]["response"])]
+            return [Generation(text=g["text"], generation_info=g.get("info"))
+                    for g in json.loads(hits["metadatas"][0][0]["response"])]
         return None
 
     def update(self, prompt: str, llm_string: str, return_val: Sequence[Any]) -> None:
         who = current()
         eid = entry_id(prompt, llm_string)
         self.entries.upsert(ids=[eid], documents=[prompt],
-                            metadatas=[{"llm": llm_string, "response": json.dumps([dumps(g) for g in return_val])}],
+                            metadatas=[{"llm": llm_string, "response": json.dumps(
+                                [{"text": g.text, "info": g.generation_info} for g in return_val])}],
                             subject=who.subject, kind="semantic_cache_entry",
                             sources=[(s, i, "answer_built_from") for s, i in who.sources])
 

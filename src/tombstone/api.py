@@ -66,9 +66,14 @@ class Tombstone:
         safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", subject)[:120] or "subject"
         return self.config.receipts_dir / f"{safe}.json"
 
-    def erase(self, subject: str, *, out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
-        """Erase a subject (or finish its interrupted erasure); return the receipt and where it was written."""
-        saga = Saga.start(self, subject, str(out) if out else None)
+    def erase(self, subject: str, *, out: str | Path | None = None,
+              artifacts: list[tuple[str, str]] | None = None) -> tuple[dict[str, Any], Path]:
+        """Erase a subject (or finish its interrupted erasure); return the receipt and where it was written.
+
+        ``artifacts`` limits the erasure to some (store, id) pairs of the subject's lineage graph; anything
+        outside it raises ScopeViolationError before anything is touched.
+        """
+        saga = Saga.start(self, subject, str(out) if out else None, artifacts=artifacts)
         receipt = saga.run()
         return receipt, saga.receipt_path
 
