@@ -271,3 +271,13 @@ def test_erase_with_pinecone_and_no_api_key_is_one_line(tmp_path, monkeypatch):
         tomb.lineage.record_artifacts("alice", [ArtifactRecord("pc", "alice-1", "pinecone", "vector")])
     err = one_line_error(run("erase", "alice", "--config", str(config.path)), 2)
     assert "set PINECONE_API_KEY" in err
+
+
+def test_erase_reports_progress_as_plain_lines_when_not_a_terminal(tmp_path):
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--backends", "docstore,chroma", "--erase", "none").exit_code == 0
+    result = run("erase", "user-0001", "--config", str(root / "tombstone.toml"))
+    assert result.exit_code == 0
+    assert result.stderr.splitlines() == ["[1/7] suppress chroma", "[2/7] suppress docstore", "[3/7] reclaim chroma",
+                                          "[4/7] reclaim docstore", "[5/7] verify chroma", "[6/7] verify docstore",
+                                          "[7/7] receipt"]

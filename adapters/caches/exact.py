@@ -21,6 +21,7 @@ from langchain_core.load.dump import dumps
 from sqlalchemy import Column, Integer, String, create_engine
 from sqlalchemy.orm import Session, declarative_base
 
+from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord, LineageDB
@@ -115,6 +116,7 @@ class ExactCacheAdapter(Adapter):
 
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         deleted = self._delete(self._ids(artifacts))
+        kill_point("reclaim:exact_cache:after-delete")
         try:
             mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

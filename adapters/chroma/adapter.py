@@ -14,6 +14,7 @@ from typing import Any
 import chromadb
 import numpy as np
 
+from tombstone.faults import kill_point
 from tombstone.capture.vector import normalised_fingerprint
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
@@ -153,15 +154,22 @@ class ChromaAdapter(Adapter):
         with mapped(self.store):
             if present:
                 self.collection().delete(ids=present)
+            kill_point("reclaim:chroma:after-delete")
             rewrite = self._rewrite()
+        kill_point("reclaim:chroma:after-rewrite")
+        zeroed = self._zero_hnsw_tails()
+        purged = self._purge_queue()
+        kill_point("reclaim:chroma:after-purge")
+        vacuum = self._vacuum()
+        kill_point("reclaim:chroma:after-vacuum")
         return {
             "steps": ["delete", "rewrite from survivors", "zero HNSW slots past cur_element_count",
                       "purge embeddings queue", "VACUUM", "remove orphan segment directories"],
             "deleted": len(present),
             "rewrite": rewrite,
-            "hnsw_bytes_zeroed": self._zero_hnsw_tails(),
-            "queue_rows_purged": self._purge_queue(),
-            "vacuum": self._vacuum(),
+            "hnsw_bytes_zeroed": zeroed,
+            "queue_rows_purged": purged,
+            "vacuum": vacuum,
             "orphan_segment_dirs_removed": self._remove_orphans(),
         }
 
@@ -197,6 +205,7 @@ class ChromaAdapter(Adapter):
         elif hnsw:
             kwargs["configuration"] = {"hnsw": dict(hnsw)}
         fresh = self.client.create_collection(tmp_name, **kwargs)
+        kill_point("reclaim:chroma:copy-created")
         batch = max(1, min(self.client.get_max_batch_size(), _PAGE))
         ids = survivors["ids"]
         for start in range(0, len(ids), batch):
@@ -211,7 +220,9 @@ class ChromaAdapter(Adapter):
             raise StoreUnavailableError("chroma rewrite is incomplete; the original collection was kept",
                                         store=self.store)
         old_id = str(old.id)
+        kill_point("reclaim:chroma:copy-complete")
         self.client.delete_collection(self.name)  # the copy is complete: nothing is lost from here on
+        kill_point("reclaim:chroma:original-dropped")
         fresh.modify(name=self.name)
         self._col = fresh
         return {"survivors": len(ids), "old_collection_id": old_id, "new_collection_id": str(fresh.id)}

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import ConfigError, PhysicalUnsupportedError
 from tombstone.lineage.db import ArtifactRecord
@@ -48,6 +49,7 @@ class DocstoreAdapter(Adapter):
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         size_before = self.docs.path.stat().st_size
         deleted = self.docs.delete(self._ids(artifacts))
+        kill_point("reclaim:docstore:after-delete")
         self.docs.vacuum()
         return {
             "steps": ["DELETE", "wal_checkpoint(TRUNCATE)", "VACUUM", "wal_checkpoint(TRUNCATE)"],

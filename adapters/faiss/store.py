@@ -21,6 +21,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from tombstone.faults import kill_point
 from tombstone.capture.vector import Embedder, capture_vectors, embed
 from tombstone.errors import StoreUnavailableError
 from tombstone.lineage.db import LineageDB
@@ -116,6 +117,7 @@ class FaissStore:
         try:
             _write_atomic(self.index_path, faiss.serialize_index(self.index).tobytes())
             _write_atomic(self.sidecar_path, json.dumps(self.side, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+            kill_point("faiss:commit:before-switch")
             _write_atomic(self.dir / "CURRENT", json.dumps({"generation": self.generation}).encode())
         except OSError as exc:
             raise StoreUnavailableError(f"cannot write FAISS store {self.dir}: {exc.strerror or exc}",
@@ -272,6 +274,7 @@ class FaissStore:
             vectors = np.stack([self.index.reconstruct(int(label)) for label in labels])
             fresh.add_with_ids(vectors, labels)
         before = self.index.ntotal
+        kill_point("reclaim:faiss:rebuilt-in-memory")
         self.index = fresh
         for i in erase_set:
             self.side["labels"].pop(i, None)

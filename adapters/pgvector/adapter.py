@@ -19,6 +19,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
@@ -105,6 +106,7 @@ class PgVectorAdapter(Adapter):
                 f" {self.pg.qualified}: ask the DBA for: GRANT MAINTAIN ON TABLE {self.pg.qualified} TO {self.role};"
                 " (or ownership of the table)", store=self.store)
         steps = ["DELETE"]
+        kill_point("reclaim:pgvector:after-delete")
         for index in self._indexes():
             self._run(sql.SQL("REINDEX INDEX {}").format(index))
         steps.append("REINDEX INDEX (each index)")
@@ -118,6 +120,7 @@ class PgVectorAdapter(Adapter):
             for index in self._indexes():
                 self._run(sql.SQL("REINDEX INDEX {}").format(index))
             steps += [f"VACUUM FULL denied ({exc.sqlstate}): VACUUM", "REINDEX INDEX (each index)"]
+        kill_point("reclaim:pgvector:after-vacuum")
         # Statistics are rebuilt from the survivors: the old ones sample erased values.
         self._run(sql.SQL("ANALYZE {}").format(self.table))
         steps.append("ANALYZE")

@@ -17,6 +17,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.local.persistence import CollectionPersistence
 from qdrant_client.local.utils import normalize_point_id
 
+from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
@@ -121,6 +122,7 @@ class QdrantAdapter(Adapter):
         secure_delete = self.secure_delete_in_force()
         if present:
             self.client.delete(self.name, points_selector=models.PointIdsList(points=present))
+        kill_point("reclaim:qdrant:after-delete")
         rewrite = self._rewrite()
         return {
             "steps": ["delete", "rewrite the collection from survivors", "VACUUM every sqlite file"],
@@ -175,9 +177,12 @@ class QdrantAdapter(Adapter):
         """
         tmp = self.name + REWRITE_SUFFIX
         self._marker("copy-out")
+        kill_point("reclaim:qdrant:copy-out")
         survivors = self._copy(self.name, tmp)
         self._marker("copy-back")
+        kill_point("reclaim:qdrant:copy-back")
         self._copy(tmp, self.name)
+        kill_point("reclaim:qdrant:copied-back")
         self.client.delete_collection(tmp)
         self._marker(None)
         return {"survivors": survivors}

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tombstone.clock import Clock, system_clock
 from tombstone.config import CONFIG_NAME, Config, load_config, write_config
 from tombstone.contract import Adapter, open_adapter
-from tombstone.errors import ConfigError
+from tombstone.errors import ConfigError, SagaError, UnknownSubjectError
 from tombstone.keys import LineageSecret, create_keys
 from tombstone.lineage.db import LineageDB
-from tombstone.saga.engine import Saga
+from tombstone.saga.engine import RetryPolicy, Saga
 
 
 def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None = None) -> Config:
@@ -30,16 +32,20 @@ def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None =
 class Tombstone:
     """An open deployment: its config, lineage db and (lazily opened) store adapters."""
 
-    def __init__(self, config: Config, *, clock: Clock = system_clock) -> None:
+    def __init__(self, config: Config, *, clock: Clock = system_clock, retry: RetryPolicy | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.config = config
         self.clock = clock
+        self.retry = retry or RetryPolicy()
+        """How store errors marked retryable are retried before the artifacts go to the dead-letter list."""
+        self.sleep = sleep
         self.secret = LineageSecret.load(config.keys_dir)
         self.lineage = LineageDB(config.lineage_db, self.secret, clock=clock)
         self._adapters: dict[str, Adapter] = {}
 
     @classmethod
-    def open(cls, config_path: str | Path | None = None, *, clock: Clock = system_clock) -> "Tombstone":
-        return cls(load_config(config_path), clock=clock)
+    def open(cls, config_path: str | Path | None = None, **kwargs: Any) -> "Tombstone":
+        return cls(load_config(config_path), **kwargs)
 
     def close(self) -> None:
         for adapter in self._adapters.values():
@@ -67,20 +73,60 @@ class Tombstone:
         return self.config.receipts_dir / f"{safe}.json"
 
     def erase(self, subject: str, *, out: str | Path | None = None,
-              artifacts: list[tuple[str, str]] | None = None) -> tuple[dict[str, Any], Path]:
+              artifacts: list[tuple[str, str]] | None = None,
+              progress: Callable[[str, str, int, int], None] | None = None) -> tuple[dict[str, Any], Path]:
         """Erase a subject (or finish its interrupted erasure); return the receipt and where it was written.
 
         ``artifacts`` limits the erasure to some (store, id) pairs of the subject's lineage graph; anything
         outside it raises ScopeViolationError before anything is touched.
         """
         saga = Saga.start(self, subject, str(out) if out else None, artifacts=artifacts)
+        saga.progress = progress
         receipt = saga.run()
         return receipt, saga.receipt_path
 
-    def resume(self) -> list[tuple[dict[str, Any], Path]]:
-        """Finish every saga that was interrupted."""
+    def erase_many(self, subjects: list[str]) -> list[tuple[dict[str, Any], Path]]:
+        """Erase a batch of subjects with one reclaim pass and one probe pass per store; one receipt each.
+
+        Every subject is checked before anything is touched: an unknown one stops the batch."""
+        from tombstone.saga.engine import run_batch
+
+        subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
+        if not subjects:
+            raise UnknownSubjectError("no subjects given")
+        for subject in subjects:
+            if not self.lineage.artifacts_for(self.lineage.subject_key(subject)):
+                raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it",
+                                          subject=subject)
+        sagas = []
+        try:
+            for subject in subjects:
+                sagas.append(Saga.start(self, subject))
+        except BaseException:
+            for saga in sagas:
+                saga.lock.release()
+            raise
+        return run_batch(sagas)
+
+    def retry_dead_letters(self) -> list[tuple[dict[str, Any], Path]]:
+        """Erase again every subject with an open dead letter (a new saga each); mark the letters retried."""
+        letters = self.lineage.dead_letters("open")
         done = []
+        for subject in dict.fromkeys(letter["subject"] for letter in letters):
+            done.append(self.erase(subject))
+            self.lineage.mark_dead_letters_retried([l["seq"] for l in letters if l["subject"] == subject])
+        return done
+
+    def resume(self) -> list[tuple[dict[str, Any], Path]]:
+        """Finish every saga that was interrupted. Sagas another process is running are left to it and
+        listed in ``self.skipped``."""
+        done = []
+        self.skipped: list[str] = []
         for row in self.lineage.sagas("running"):
-            saga = Saga.resume(self, row["saga_id"])
+            try:
+                saga = Saga.resume(self, row["saga_id"])
+            except SagaError as exc:
+                self.skipped.append(str(exc))
+                continue
             done.append((saga.run(), saga.receipt_path))
         return done

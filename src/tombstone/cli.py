@@ -91,18 +91,61 @@ def demo(workdir: str, backends: str, subjects: int, erase_subject: str | None, 
 
 
 @main.command()
-@click.argument("subject")
+@click.argument("subject", required=False)
 @CONFIG_OPTION
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Where to write the receipt (default: receipts_dir/SUBJECT.json).")
-def erase(subject: str, config_path: str | None, out: str | None) -> None:
+@click.option("--subjects-file", type=click.Path(dir_okay=False), default=None,
+              help="Erase every subject listed in FILE (one per line) in one batch: one reclaim and one probe"
+                   " pass per store, one receipt per subject.")
+def erase(subject: str | None, config_path: str | None, out: str | None, subjects_file: str | None) -> None:
     """Erase SUBJECT everywhere the lineage db knows of, then write its signed receipt."""
     from tombstone.api import Tombstone
 
+    if bool(subject) == bool(subjects_file):
+        raise ConfigError("give either SUBJECT or --subjects-file FILE")
+    if subjects_file:
+        if out:
+            raise ConfigError("--out writes one receipt; a batch writes one per subject under receipts_dir")
+        try:
+            lines = Path(subjects_file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {subjects_file}: {exc.strerror or exc}") from exc
+        subjects = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        with Tombstone.open(config_path) as tomb:
+            done = tomb.erase_many(subjects)
+        for receipt, path in done:
+            totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
+            click.echo(f"{receipt['subject']}: {totals} -> {path}")
+        click.echo(f"{len(done)} subjects erased in one batch")
+        return
     with Tombstone.open(config_path) as tomb:
-        receipt, path = tomb.erase(subject, out=out)
+        receipt, path = tomb.erase(subject, out=out, progress=_progress())
     click.echo(format_receipt(receipt))
     click.echo(f"receipt: {path}")
+
+
+def _progress():
+    """A progress display for long sagas: a bar on a terminal, plain lines on stderr otherwise."""
+    if sys.stderr.isatty():
+        state: dict[str, Any] = {}
+
+        def bar(step: str, store: str, done: int, total: int) -> None:
+            if "bar" not in state:
+                state["bar"] = click.progressbar(length=total, label="erasing", file=sys.stderr)
+                state["bar"].__enter__()
+            state["bar"].label = f"{step} {store}".strip()
+            state["bar"].update(done - state.get("done", 0))
+            state["done"] = done
+            if done >= total:
+                state["bar"].__exit__(None, None, None)
+
+        return bar
+
+    def lines(step: str, store: str, done: int, total: int) -> None:
+        click.echo(f"[{done}/{total}] {step} {store}".rstrip(), err=True)
+
+    return lines
 
 
 @main.command()
@@ -113,7 +156,10 @@ def resume(config_path: str | None) -> None:
 
     with Tombstone.open(config_path) as tomb:
         finished = tomb.resume()
-    if not finished:
+        skipped = tomb.skipped
+    for line in skipped:
+        click.echo(f"skipped: {line}")
+    if not finished and not skipped:
         click.echo("no interrupted erasure to resume")
     for receipt, path in finished:
         click.echo(format_receipt(receipt))
@@ -167,6 +213,43 @@ def where(subject: str, config_path: str | None) -> None:
             state = art.state + (f" (gap: {gap})" if gap else "") + (f" (sent to {third['recipient']})" if third else "")
             rows.append((art.store, art.backend, art.kind, art.artifact_id, why, derived, state))
     click.echo(_table(("store", "backend", "kind", "artifact", "in scope because", "derived into", "state"), rows))
+
+
+@main.group()
+def dlq() -> None:
+    """The dead-letter list: store operations that failed past their retry budget."""
+
+
+@dlq.command("list")
+@CONFIG_OPTION
+@click.option("--all", "show_all", is_flag=True, help="Include dead letters already retried.")
+def dlq_list(config_path: str | None, show_all: bool) -> None:
+    """List dead letters: which subject, store and step failed, with the last error."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        letters = tomb.lineage.dead_letters(None if show_all else "open")
+    if not letters:
+        click.echo("no dead letters")
+        return
+    rows = [(l["seq"], l["subject"], l["store"], l["step"], l["artifacts"], l["attempts"], l["state"], l["error"])
+            for l in letters]
+    click.echo(_table(("#", "subject", "store", "step", "artifacts", "attempts", "state", "last error"), rows))
+
+
+@dlq.command("retry")
+@CONFIG_OPTION
+def dlq_retry(config_path: str | None) -> None:
+    """Erase again every subject with an open dead letter (a new saga and receipt each)."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        done = tomb.retry_dead_letters()
+    if not done:
+        click.echo("no dead letters to retry")
+    for receipt, path in done:
+        click.echo(format_receipt(receipt))
+        click.echo(f"receipt: {path}")
 
 
 @main.group()

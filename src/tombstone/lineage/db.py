@@ -399,12 +399,16 @@ class LineageDB:
 
     # -- sagas and journal --------------------------------------------------------------------
 
-    def create_saga(self, saga_id: str, subject: str, out_path: str | None) -> None:
+    def create_saga(self, saga_id: str, subject: str, out_path: str | None, plan: dict[str, Any] | None = None) -> None:
+        """Create a running saga and, in the same transaction, journal its plan: a saga never exists without one."""
         with self.atomic() as conn:
             conn.execute(
                 "INSERT INTO sagas VALUES (?, ?, ?, 'running', ?, NULL, ?)",
                 (saga_id, self.subject_key(subject), self.secret.seal(subject.encode()), self._now(), out_path),
             )
+            if plan is not None:
+                self.journal(saga_id, "plan", "", "begin")
+                self.journal(saga_id, "plan", "", "end", plan)
 
     def saga(self, saga_id: str) -> dict[str, Any] | None:
         row = self._conn.execute("SELECT * FROM sagas WHERE saga_id = ?", (saga_id,)).fetchone()
@@ -447,6 +451,28 @@ class LineageDB:
     def journal_entries(self, saga_id: str) -> list[dict[str, Any]]:
         rows = self._conn.execute("SELECT * FROM journal WHERE saga_id = ? ORDER BY seq", (saga_id,))
         return [dict(row) for row in rows]
+
+    # -- dead letters -------------------------------------------------------------------------
+
+    def add_dead_letter(self, saga_id: str, store: str, step: str, artifacts: int, error: str, attempts: int) -> None:
+        with self.atomic() as conn:
+            conn.execute("INSERT INTO dead_letters (saga_id, store, step, artifacts, error, attempts, at)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?)", (saga_id, store, step, artifacts, error, attempts, self._now()))
+
+    def dead_letters(self, state: str | None = "open") -> list[dict[str, Any]]:
+        query = "SELECT d.*, s.subject_sealed FROM dead_letters d JOIN sagas s USING (saga_id)"
+        rows = self._conn.execute(query + (" WHERE d.state = ?" if state else "") + " ORDER BY d.seq",
+                                  (state,) if state else ()).fetchall()
+        out = []
+        for row in rows:
+            item = dict(row)
+            item["subject"] = self.secret.unseal(item.pop("subject_sealed")).decode()
+            out.append(item)
+        return out
+
+    def mark_dead_letters_retried(self, seqs: list[int]) -> None:
+        with self.atomic() as conn:
+            conn.executemany("UPDATE dead_letters SET state = 'retried' WHERE seq = ?", [(s,) for s in seqs])
 
     # -- receipt chain ------------------------------------------------------------------------
 

@@ -105,4 +105,21 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         """,
     ),
+    (
+        4,
+        "dead letters",
+        """
+        CREATE TABLE dead_letters (
+            seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+            saga_id    TEXT NOT NULL REFERENCES sagas(saga_id),
+            store      TEXT NOT NULL,
+            step       TEXT NOT NULL,
+            artifacts  INTEGER NOT NULL,
+            error      TEXT NOT NULL,
+            attempts   INTEGER NOT NULL,
+            at         TEXT NOT NULL,
+            state      TEXT NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'retried'))
+        );
+        """,
+    ),
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,8 @@ from tombstone.errors import (
 from tombstone.lineage.db import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.contract import Capability
 from tombstone.clock import iso
+from tombstone.faults import kill_point
+from tombstone.saga.lock import SubjectLock
 from tombstone.keys import load_private_key
 from tombstone.receipt import RECEIPT_KIND, SCHEMA_VERSION, canonical_bytes, sign
 from tombstone.verify.levels import Findings, Status, StatusKind, decide
@@ -45,6 +48,30 @@ ALWAYS_OUT_OF_SCOPE = (
 )
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How the saga retries a store error marked retryable: exponential backoff, bounded."""
+
+    attempts: int = 4
+    """Tries in all, the first included; after the last the artifacts go to the dead-letter list."""
+    base_seconds: float = 0.5
+    """The first wait; each further wait doubles."""
+    cap_seconds: float = 8.0
+    """No single wait is longer."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.base_seconds < 0 or self.cap_seconds < 0:
+            raise ValueError("attempts >= 1 and non-negative waits")
+
+
+class DeadLetter(Exception):
+    """A store operation failed past its retry budget (or with an error retrying cannot help)."""
+
+    def __init__(self, error: str, attempts: int) -> None:
+        super().__init__(error)
+        self.error, self.attempts = error, attempts
+
+
 def _group(artifacts: list[ArtifactRecord]) -> dict[str, list[ArtifactRecord]]:
     groups: dict[str, list[ArtifactRecord]] = {}
     for art in artifacts:
@@ -55,7 +82,11 @@ def _group(artifacts: list[ArtifactRecord]) -> dict[str, list[ArtifactRecord]]:
 class Saga:
     """One subject's erasure. Create with :meth:`start` or :meth:`resume`, then :meth:`run`."""
 
-    def __init__(self, tomb: "Tombstone", saga_id: str, subject: str, out_path: str | None) -> None:
+    def __init__(self, tomb: "Tombstone", saga_id: str, subject: str, out_path: str | None,
+                 lock: SubjectLock | None = None) -> None:
+        self.lock = lock
+        self.progress: Callable[[str, str, int, int], None] | None = None
+        """Called as ``progress(step, store, done, total)`` after each step, for a progress display."""
         self.tomb = tomb
         self.lineage = tomb.lineage
         self.saga_id = saga_id
@@ -64,7 +95,7 @@ class Saga:
 
     @classmethod
     def start(cls, tomb: "Tombstone", subject: str, out_path: str | None = None,
-              artifacts: list[tuple[str, str]] | None = None) -> "Saga":
+              artifacts: list[tuple[str, str]] | None = None, wait: float = 0.0) -> "Saga":
         """Start an erasure, or continue the unfinished one for the same subject.
 
         ``artifacts`` limits the erasure to some (store, id) pairs of the subject's lineage graph; asking
@@ -86,9 +117,21 @@ class Saga:
                     f"artifact {aid} in store {store} is not in {subject!r}'s lineage graph (another subject's, or unknown)",
                     store=store, subject=subject)
             scope = [known[tuple(pair)] for pair in artifacts]
+        # One saga per subject at a time: taken before looking for a running saga, so two processes
+        # never both continue (or both create) one. Held until the saga ends or the process dies.
+        lock = SubjectLock(tomb.config.lineage_db, key)
+        lock.acquire(subject=subject, wait=wait)
+        try:
+            return cls._start_locked(tomb, subject, key, scope, out_path, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _start_locked(cls, tomb, subject, key, scope, out_path, lock) -> "Saga":
         running = tomb.lineage.running_saga(key)
         if running is not None:
-            return cls(tomb, running["saga_id"], subject, out_path or running["out_path"])
+            return cls(tomb, running["saga_id"], subject, out_path or running["out_path"], lock)
         # Preflight: a store that cannot even be opened stops a new saga before anything changes.
         # A store with no adapter does not: that artifact is reported UNVERIFIED(no adapter).
         for store in sorted({a.store for a, _ in scope} - {THIRD_PARTY_STORE}):
@@ -97,21 +140,27 @@ class Saga:
             except (AdapterNotFoundError, ConfigError):
                 continue
         saga_id = str(uuid.uuid4())
-        tomb.lineage.create_saga(saga_id, subject, out_path)
-        saga = cls(tomb, saga_id, subject, out_path)
-        # The plan is journaled first: the set of artifacts is fixed for the saga's life, so a resume
-        # works on exactly what a clean run would have, even if the app wrote more in between.
-        saga._step("plan", "", lambda: {"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
-        return saga
+        # The plan is journaled with the saga itself, in one transaction: the set of artifacts is fixed for
+        # the saga's life, so a resume works on exactly what a clean run would have, even if the app
+        # wrote more in between, and no crash can leave a saga without its plan.
+        kill_point("saga:create:before")
+        tomb.lineage.create_saga(saga_id, subject, out_path,
+                                 plan={"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
+        kill_point("saga:create:done")
+        return cls(tomb, saga_id, subject, out_path, lock)
 
     @classmethod
-    def resume(cls, tomb: "Tombstone", saga_id: str) -> "Saga":
+    def resume(cls, tomb: "Tombstone", saga_id: str, wait: float = 0.0) -> "Saga":
         saga = tomb.lineage.saga(saga_id)
         if saga is None:
             raise SagaError(f"no saga {saga_id!r}")
+        lock = SubjectLock(tomb.config.lineage_db, saga["subject_key"])
+        lock.acquire(subject=saga["subject"], wait=wait)
+        saga = tomb.lineage.saga(saga_id)  # re-read under the lock: another process may have finished it
         if saga["state"] != "running":
+            lock.release()
             raise SagaError(f"saga {saga_id} already finished")
-        return cls(tomb, saga_id, saga["subject"], saga["out_path"])
+        return cls(tomb, saga_id, saga["subject"], saga["out_path"], lock)
 
     # -- driver -------------------------------------------------------------------------------
 
@@ -119,9 +168,14 @@ class Saga:
         done = self.lineage.step_result(self.saga_id, step, target)
         if done is not None:
             return done
+        point = f"saga:{step}:{target or '-'}"
+        kill_point(f"{point}:before")
         self.lineage.journal(self.saga_id, step, target, "begin")
+        kill_point(f"{point}:acting")
         result = action()
+        kill_point(f"{point}:acted")
         self.lineage.journal(self.saga_id, step, target, "end", result)
+        kill_point(f"{point}:done")
         return result
 
     def _plan(self) -> list[ArtifactRecord]:
@@ -138,15 +192,44 @@ class Saga:
         return artifacts
 
     def run(self) -> dict[str, Any]:
-        """Run every step not yet done; return the signed receipt."""
+        """Run every step not yet done; return the signed receipt. Releases the subject's lock."""
+        try:
+            return self._run()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _run(self) -> dict[str, Any]:
         groups = _group(self._plan())
-        for store, arts in groups.items():
-            self._step("suppress", store, lambda: self._suppress(store, arts))
-        for store, arts in groups.items():
-            self._step("reclaim", store, lambda: self._reclaim(store, arts))
-        for store, arts in groups.items():
-            self._step("verify", store, lambda: self._verify(store, arts))
-        return self._receipt(groups)
+        total, done = 3 * len(groups) + 1, 0
+        for step, action in (("suppress", self._suppress), ("reclaim", self._reclaim), ("verify", self._verify)):
+            for store, arts in groups.items():
+                self._step(step, store, lambda: action(store, arts))
+                done += 1
+                if self.progress:
+                    self.progress(step, store, done, total)
+        receipt = self._receipt(groups)
+        if self.progress:
+            self.progress("receipt", "", total, total)
+        return receipt
+
+    def _retrying(self, store: str, step: str, count: int, action: Callable[[], Any]) -> Any:
+        """Run a store operation; back off and retry errors marked retryable; past the budget, or on an
+        error retrying cannot help, record a dead letter and raise DeadLetter."""
+        policy: RetryPolicy = self.tomb.retry
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return action()
+            except (AdapterNotFoundError, ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError):
+                raise  # not failures of the store: each has its own status
+            except TombstoneError as exc:
+                if exc.retryable and attempt < policy.attempts:
+                    self.tomb.sleep(min(policy.cap_seconds, policy.base_seconds * 2 ** (attempt - 1)))
+                    continue
+                self.lineage.add_dead_letter(self.saga_id, store, step, count, str(exc), attempt)
+                raise DeadLetter(str(exc), attempt) from exc
 
     # -- steps --------------------------------------------------------------------------------
 
@@ -157,17 +240,17 @@ class Saga:
         if store == THIRD_PARTY_STORE:
             return {"evidence": {"mechanism": "none: the copy is outside every store; a person must follow it up"}}
         try:
-            adapter = self.tomb.adapter(store)
-            evidence = adapter.suppress(arts)
+            evidence = self._retrying(store, "suppress", len(arts), lambda: self.tomb.adapter(store).suppress(arts))
         except (AdapterNotFoundError, ConfigError) as exc:
             return {"no_adapter": str(exc)}
-        except TombstoneError as exc:
-            return {"error": str(exc)}
+        except DeadLetter as exc:
+            return {"error": exc.error, "dlq": True, "attempts": exc.attempts}
         self.lineage.set_state(arts, "suppressed")
         return {"evidence": evidence}
 
-    def _reclaim(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
-        suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
+    def _reclaim(self, store: str, arts: list[ArtifactRecord], suppressed: dict[str, Any] | None = None) -> dict[str, Any]:
+        if suppressed is None:
+            suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
         if store == THIRD_PARTY_STORE:
             return {"skipped": "copies held by third parties cannot be reclaimed from here"}
         if "evidence" not in suppressed:
@@ -179,17 +262,20 @@ class Saga:
         # subjects share each erased artifact's content before anything is reclaimed.
         duplicates = {a.artifact_id: n for a in arts if (n := len(self.lineage.live_sharing_content(a)))}
         try:
-            evidence = adapter.reclaim(arts)
+            evidence = self._retrying(store, "reclaim", len(arts), lambda: adapter.reclaim(arts))
         except ReclaimUnavailableError as exc:
             return {"skipped": str(exc), "duplicates_before_reclaim": duplicates}
-        except TombstoneError as exc:
-            return {"error": str(exc), "duplicates_before_reclaim": duplicates}
+        except DeadLetter as exc:
+            return {"error": exc.error, "dlq": True, "attempts": exc.attempts, "duplicates_before_reclaim": duplicates}
         self.lineage.set_state(arts, "reclaimed")
         return {"evidence": evidence, "duplicates_before_reclaim": duplicates}
 
-    def _verify(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
-        suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
-        reclaimed = self.lineage.step_result(self.saga_id, "reclaim", store) or {}
+    def _verify(self, store: str, arts: list[ArtifactRecord], suppressed: dict[str, Any] | None = None,
+                reclaimed: dict[str, Any] | None = None) -> dict[str, Any]:
+        if suppressed is None:
+            suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
+        if reclaimed is None:
+            reclaimed = self.lineage.step_result(self.saga_id, "reclaim", store) or {}
         error = suppressed.get("error") or reclaimed.get("error")
         no_adapter = suppressed.get("no_adapter")
         logical: dict[str, Any] = {}
@@ -200,13 +286,14 @@ class Saga:
         elif not (error or no_adapter):
             try:
                 adapter = self.tomb.adapter(store)
-                logical = adapter.probe_logical(arts, self.lineage.probe_vectors(arts))
+                vectors = self.lineage.probe_vectors(arts)
+                logical = self._retrying(store, "verify", len(arts), lambda: adapter.probe_logical(arts, vectors))
                 try:
-                    physical = adapter.probe_physical(arts)
+                    physical = self._retrying(store, "verify", len(arts), lambda: adapter.probe_physical(arts))
                 except PhysicalUnsupportedError as exc:
                     unsupported = str(exc)
-            except TombstoneError as exc:
-                error = str(exc)
+            except DeadLetter as exc:
+                error = exc.error
         decided: dict[str, Any] = {}
         verified = []
         for art in arts:
@@ -309,12 +396,14 @@ class Saga:
         # The file is written before the chain row: if the process dies in between, the saga is
         # still running and resume signs and writes a fresh receipt; the chain never names a
         # receipt that was not delivered.
+        kill_point("saga:receipt:before-file")
         try:
             write_atomic(out, pretty(receipt))
         except OSError as exc:
             raise SagaError(
                 f"cannot write receipt to {out}: {exc.strerror or exc}; the saga is kept, run 'tombstone resume'"
             ) from exc
+        kill_point("saga:receipt:before-chain")
         self.lineage.append_receipt(self.saga_id, self.lineage.subject_key(self.subject),
                                     receipt["receipt_hash"], body["previous_receipt_hash"], data)
         self.receipt_path = out
@@ -357,3 +446,50 @@ def write_atomic(path: Path, data: bytes) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
+    """Run many subjects' sagas with one pass per store and step: one suppress call, one reclaim (one
+    rewrite, one VACUUM) and one probe pass (one byte scan for all patterns) per store, for all of them.
+
+    Every saga still journals its own steps (with the shared result) and gets its own receipt, so a batch
+    killed midway resumes saga by saga with plain ``tombstone resume``.
+    """
+    try:
+        plans = {s.saga_id: _group(s._plan()) for s in sagas}
+        lead = sagas[0]
+        lead.scope = {key: why for s in sagas for key, why in s.scope.items()}
+        stores = sorted({store for groups in plans.values() for store in groups})
+        for step in ("suppress", "reclaim", "verify"):
+            for store in stores:
+                pending = [s for s in sagas
+                           if store in plans[s.saga_id] and s.lineage.step_result(s.saga_id, step, store) is None]
+                if not pending:
+                    continue
+                arts = [a for s in pending for a in plans[s.saga_id][store]]
+                for s in pending:
+                    s.lineage.journal(s.saga_id, step, store, "begin")
+                kill_point(f"batch:{step}:{store}:acting")
+                if step == "suppress":
+                    for s in pending:  # each saga's own durable record, before the store is touched
+                        s.lineage.record_suppressions(s.saga_id, plans[s.saga_id][store])
+                    result = lead._suppress(store, arts)
+                    shared = {s.saga_id: result for s in pending}
+                elif step == "reclaim":
+                    result = lead._reclaim(store, arts, suppressed=pending[0].lineage.step_result(pending[0].saga_id, "suppress", store) or {})
+                    shared = {s.saga_id: {**result, "batch_subjects": len(pending)} for s in pending}
+                else:
+                    first = pending[0]
+                    result = lead._verify(store, arts,
+                                          suppressed=first.lineage.step_result(first.saga_id, "suppress", store) or {},
+                                          reclaimed=first.lineage.step_result(first.saga_id, "reclaim", store) or {})
+                    shared = {s.saga_id: {"artifacts": {a.artifact_id: result["artifacts"][a.artifact_id]
+                                                        for a in plans[s.saga_id][store]}} for s in pending}
+                for s in pending:
+                    s.lineage.journal(s.saga_id, step, store, "end", shared[s.saga_id])
+        return [(s._receipt(plans[s.saga_id]), s.receipt_path) for s in sagas]
+    finally:
+        for s in sagas:
+            if s.lock is not None:
+                s.lock.release()
+
