@@ -22,7 +22,7 @@ import faiss
 import numpy as np
 
 from tombstone.faults import kill_point
-from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import StoreUnavailableError
 from tombstone.lineage.db import LineageDB
 
@@ -138,18 +138,8 @@ class FaissStore:
         ids = [str(i) for i in ids]
         if any(i in self.side["labels"] for i in ids) or len(set(ids)) != len(ids):
             raise ValueError("ids must be new and distinct")
-        if self.lineage is not None:
-            if subject is None or self.embedder is None:
-                raise ValueError("the wrapper needs subject= and an embedder")
-            cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
-                                  documents=documents, embeddings=embeddings)
-            # Lineage first: assume the store write will fail.
-            self.lineage.record_artifacts(subject, cap.records, probes=cap.probes)
-            vectors = cap.vectors
-        elif embeddings is not None:
-            vectors = np.asarray(embeddings, dtype=np.float32)
-        else:
-            vectors = embed(self.embedder, list(documents))
+        vectors = vectors_for_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,
+                                    documents=documents, embeddings=embeddings, subject=subject)
         start = self.side["next_label"]
         labels = np.arange(start, start + len(ids), dtype=np.int64)
         self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), labels)

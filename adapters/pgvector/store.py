@@ -14,7 +14,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import ConfigError, StoreUnavailableError
 from tombstone.lineage.db import LineageDB
 
@@ -96,18 +96,8 @@ class PgVectorStore:
 
     def add(self, ids: Sequence[str], documents=None, metadatas=None, embeddings=None, *, subject=None) -> None:
         ids = [str(i) for i in ids]
-        if self.lineage is not None:
-            if subject is None or self.embedder is None:
-                raise ValueError("the wrapper needs subject= and an embedder")
-            cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
-                                  documents=documents, embeddings=embeddings)
-            # Lineage first: assume the store write will fail.
-            self.lineage.record_artifacts(subject, cap.records, probes=cap.probes)
-            vectors = cap.vectors
-        elif embeddings is not None:
-            vectors = np.asarray(embeddings, dtype=np.float32)
-        else:
-            vectors = embed(self.embedder, list(documents))
+        vectors = vectors_for_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,
+                                    documents=documents, embeddings=embeddings, subject=subject)
         docs = list(documents) if documents is not None else [None] * len(ids)
         metas = list(metadatas) if metadatas is not None else [None] * len(ids)
         query = sql.SQL(

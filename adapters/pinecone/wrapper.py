@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
 
 BACKEND = "pinecone"
@@ -40,14 +40,12 @@ class TombstonePinecone:
         if self.lineage is None or self.embedder is None:
             raise ValueError("this wrapper was opened read-only (no lineage db or embedder)")
         ids = [str(i) for i in ids]
-        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
-                              documents=documents, embeddings=vectors)
-        # Lineage first: assume the store write will fail.
-        self.lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+        vectors = vectors_for_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,
+                                    documents=documents, embeddings=vectors, subject=subject)
         docs = list(documents) if documents is not None else [None] * len(ids)
         metas = list(metadatas) if metadatas is not None else [None] * len(ids)
         records = []
-        for aid, vec, doc, meta in zip(ids, cap.vectors, docs, metas):
+        for aid, vec, doc, meta in zip(ids, vectors, docs, metas):
             metadata = {k: v for k, v in (meta or {}).items() if k != SUPPRESSED}
             metadata.update({SUPPRESSED: False, ID_KEY: aid})
             if doc is not None:

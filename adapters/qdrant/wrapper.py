@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from qdrant_client import models
 
-from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
 
 BACKEND = "qdrant"
@@ -62,14 +62,12 @@ class TombstoneQdrant:
         if self.lineage is None or self.embedder is None:
             raise ValueError("this wrapper was opened read-only (no lineage db or embedder)")
         ids = [str(i) for i in ids]
-        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids,
-                              documents=documents, embeddings=vectors)
-        # Lineage first: assume the store write will fail.
-        self.lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+        vectors = vectors_for_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,
+                                    documents=documents, embeddings=vectors, subject=subject)
         docs = list(documents) if documents is not None else [None] * len(ids)
         extra = list(payloads) if payloads is not None else [None] * len(ids)
         points = []
-        for aid, vec, doc, more in zip(ids, cap.vectors, docs, extra):
+        for aid, vec, doc, more in zip(ids, vectors, docs, extra):
             payload = {k: v for k, v in (more or {}).items() if k != SUPPRESSED}
             payload[ID_KEY] = aid
             if doc is not None:

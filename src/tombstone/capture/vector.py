@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -100,3 +101,32 @@ def capture_vectors(
     ]
     probes = [(store, str(ids[i]), query_sha256(q), probe_vecs[k]) for k, (i, q) in enumerate(fragments)]
     return VectorCapture(vectors=vectors, records=records, probes=probes)
+
+
+def vectors_for_write(
+    embedder: Embedder | None,
+    lineage: Any,
+    *,
+    store: str,
+    backend: str,
+    ids: Sequence[str],
+    documents: Sequence[str | None] | None,
+    embeddings: Any = None,
+    subject: str | None = None,
+) -> np.ndarray:
+    """The write path every vector wrapper shares. With a lineage db: embed the chunks (unless given) and
+    their probe fragments in one call, record lineage first — assume the store write will fail — and
+    return the vectors to store. Without one (a bare store): just the vectors."""
+    if lineage is not None:
+        if subject is None or embedder is None:
+            raise ValueError("the wrapper needs subject= and an embedder")
+        cap = capture_vectors(embedder, store=store, backend=backend, ids=ids, documents=documents,
+                              embeddings=embeddings)
+        lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+        return cap.vectors
+    if embeddings is not None:
+        return np.asarray(embeddings, dtype=np.float32)
+    if embedder is None or documents is None:
+        raise ValueError("no embeddings and no embedder to make them")
+    return embed(embedder, list(documents))
+
