@@ -13,7 +13,6 @@ deletes every other generation. A crash before the switch leaves N intact; after
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,19 +23,13 @@ import numpy as np
 from tombstone.faults import kill_point
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import StoreUnavailableError
+from tombstone.fsutil import write_atomic as _write_atomic
 from tombstone.lineage.db import LineageDB
 
 BACKEND = "faiss"
 _METRICS = {"l2": faiss.METRIC_L2, "ip": faiss.METRIC_INNER_PRODUCT}
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 class FaissStore:

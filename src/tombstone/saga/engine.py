@@ -8,7 +8,6 @@ did not end is run again from the start, so every step must be idempotent. That 
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from tombstone.lineage.db import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.contract import Capability
 from tombstone.clock import iso
 from tombstone.faults import kill_point
+from tombstone.fsutil import write_atomic
 from tombstone.saga.lock import SubjectLock
 from tombstone.keys import load_private_key
 from tombstone.receipt import RECEIPT_KIND, SCHEMA_VERSION, canonical_bytes, sign
@@ -437,15 +437,6 @@ def pretty(receipt: dict[str, Any]) -> bytes:
     return (json.dumps(receipt, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a file so that readers see the old or the new content, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
