@@ -17,15 +17,18 @@ from tombstone.lineage.db import LineageDB
 from tombstone.saga.engine import RetryPolicy, Saga
 
 
-def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None = None) -> Config:
-    """Create ``root/tombstone.toml`` (unless present), the keys and the lineage db. Idempotent."""
+def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None = None, *,
+                    lineage_dsn: str | None = None) -> Config:
+    """Create ``root/tombstone.toml`` (unless present), the keys and the lineage db. Idempotent.
+
+    With ``lineage_dsn`` the lineage db is that PostgreSQL database (for several workers)."""
     root = Path(root)
     config_path = root / CONFIG_NAME
     if not config_path.exists():
-        write_config(config_path, stores)
+        write_config(config_path, stores, lineage_dsn=lineage_dsn)
     config = load_config(config_path)
     create_keys(config.keys_dir)
-    LineageDB(config.lineage_db, LineageSecret.load(config.keys_dir)).close()
+    LineageDB(config.lineage_target, LineageSecret.load(config.keys_dir)).close()
     return config
 
 
@@ -40,7 +43,7 @@ class Tombstone:
         """How store errors marked retryable are retried before the artifacts go to the dead-letter list."""
         self.sleep = sleep
         self.secret = LineageSecret.load(config.keys_dir)
-        self.lineage = LineageDB(config.lineage_db, self.secret, clock=clock)
+        self.lineage = LineageDB(config.lineage_target, self.secret, clock=clock)
         self._adapters: dict[str, Adapter] = {}
 
     @classmethod

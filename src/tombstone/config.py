@@ -9,10 +9,15 @@ can be moved or copied as a whole (the crash-resume tests rely on that).
     lineage_db = "lineage.db"
     keys_dir = "keys"
     receipts_dir = "receipts"
+    # lineage_dsn = "postgresql://tombstone@db.internal/tombstone"   # several workers: see below
 
     [stores.docs]
     backend = "docstore"
     path = "stores/docs/docstore.db"
+
+``lineage_dsn``, when set, puts the lineage db (and so the saga journal and the job queue of
+``tombstone worker``) on PostgreSQL instead of the ``lineage_db`` file, so workers on several machines
+share it. Leave the password out of it: libpq reads ``PGPASSWORD`` or ``~/.pgpass``.
 """
 
 from __future__ import annotations
@@ -65,6 +70,13 @@ class Config:
     """Where receipts are written by default."""
     stores: dict[str, StoreConfig]
     """Configured stores by name."""
+    lineage_dsn: str | None = None
+    """A ``postgresql://`` DSN: the lineage db (journal, queue) lives there instead of ``lineage_db``."""
+
+    @property
+    def lineage_target(self) -> str | Path:
+        """What :class:`~tombstone.lineage.db.LineageDB` opens: the DSN if one is set, else the file."""
+        return self.lineage_dsn or self.lineage_db
 
     @property
     def root(self) -> Path:
@@ -117,8 +129,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
             if key == "path" or key.endswith("_path") or key.endswith("_dir"):
                 options[key] = str(_resolve(root, value, f"stores.{name}.{key}"))
         stores[name] = StoreConfig(name=name, backend=backend, options=options)
+    dsn = section.get("lineage_dsn")
+    if dsn is not None and not (isinstance(dsn, str) and dsn.startswith(("postgresql://", "postgres://"))):
+        raise ConfigError(f"{path}: tombstone.lineage_dsn must be a postgresql:// DSN")
     return Config(
         path=path,
+        lineage_dsn=dsn,
         lineage_db=_resolve(root, section.get("lineage_db", "lineage.db"), "tombstone.lineage_db"),
         keys_dir=_resolve(root, section.get("keys_dir", "keys"), "tombstone.keys_dir"),
         receipts_dir=_resolve(root, section.get("receipts_dir", "receipts"), "tombstone.receipts_dir"),
@@ -126,11 +142,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     )
 
 
-def write_config(path: Path, stores: dict[str, dict[str, Any]] | None = None) -> None:
+def write_config(path: Path, stores: dict[str, dict[str, Any]] | None = None, *,
+                 lineage_dsn: str | None = None) -> None:
     """Write a config file with default locations and the given stores (paths kept relative)."""
-    data: dict[str, Any] = {
-        "tombstone": {"lineage_db": "lineage.db", "keys_dir": "keys", "receipts_dir": "receipts"},
-        "stores": stores or {},
-    }
+    section: dict[str, Any] = {"lineage_db": "lineage.db", "keys_dir": "keys", "receipts_dir": "receipts"}
+    if lineage_dsn:
+        section["lineage_dsn"] = lineage_dsn
+    data: dict[str, Any] = {"tombstone": section, "stores": stores or {}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(tomli_w.dumps(data), encoding="utf-8")

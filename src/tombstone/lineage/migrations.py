@@ -122,4 +122,13 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         """,
     ),
+    (
+        5,
+        "who ran each step",
+        """
+        -- The worker that journaled the entry ('' for a plain 'tombstone erase'): with several workers on
+        -- one journal, this is how a step's begin and end are traced to the process that ran it.
+        ALTER TABLE journal ADD COLUMN worker TEXT NOT NULL DEFAULT '';
+        """,
+    ),
 )

@@ -119,7 +119,7 @@ class Saga:
             scope = [known[tuple(pair)] for pair in artifacts]
         # One saga per subject at a time: taken before looking for a running saga, so two processes
         # never both continue (or both create) one. Held until the saga ends or the process dies.
-        lock = SubjectLock(tomb.config.lineage_db, key)
+        lock = SubjectLock(tomb.lineage, key)
         lock.acquire(subject=subject, wait=wait)
         try:
             return cls._start_locked(tomb, subject, key, scope, out_path, lock)
@@ -154,7 +154,7 @@ class Saga:
         saga = tomb.lineage.saga(saga_id)
         if saga is None:
             raise SagaError(f"no saga {saga_id!r}")
-        lock = SubjectLock(tomb.config.lineage_db, saga["subject_key"])
+        lock = SubjectLock(tomb.lineage, saga["subject_key"])
         lock.acquire(subject=saga["subject"], wait=wait)
         saga = tomb.lineage.saga(saga_id)  # re-read under the lock: another process may have finished it
         if saga["state"] != "running":
@@ -345,6 +345,12 @@ class Saga:
         return {"artifacts": decided}
 
     def _receipt(self, groups: dict[str, list[ArtifactRecord]]) -> dict[str, Any]:
+        # The chain has one head at a time: other sagas (other processes, other workers) wait here
+        # rather than sign a receipt on a head that moves under them.
+        with self.lineage.chain_lock():
+            return self._receipt_locked(groups)
+
+    def _receipt_locked(self, groups: dict[str, list[ArtifactRecord]]) -> dict[str, Any]:
         saga = self.lineage.saga(self.saga_id)
         head = self.lineage.chain_head()
         entries = []
