@@ -152,9 +152,15 @@ class PgVectorAdapter(Adapter):
 
         def searcher(raw: bool):
             def search(vectors: np.ndarray, k: int):
-                rows = self.pg.search(query_embeddings=vectors, k=k, raw=raw)
-                ids = [[r["id"] for r in row] for row in rows]
-                return ids, [self.pg.vectors(row) if row else np.zeros((0, dim)) for row in ids]
+                ids, candidates = [], []
+                for row in self.pg.search(query_embeddings=vectors, k=k, raw=raw):
+                    # Another saga (another worker) may delete rows between the search and this read:
+                    # a row that is gone is no longer there to be returned, so it drops out.
+                    found = self.pg.vectors_by_id([r["id"] for r in row])
+                    kept = [r["id"] for r in row if r["id"] in found]
+                    ids.append(kept)
+                    candidates.append(np.stack([found[i] for i in kept]) if kept else np.zeros((0, dim)))
+                return ids, candidates
 
             return search
 

@@ -164,10 +164,14 @@ class PgVectorStore:
         return [{"id": r[0], "document": r[1], "metadata": r[2], "distance": float(r[4])}
                 for r in rows if raw or not r[3]]
 
-    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+    def vectors_by_id(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of those ids that exist now (ids deleted meanwhile are simply absent)."""
         rows = self.conn.execute(sql.SQL("SELECT {id}, {emb}::text FROM {t} WHERE {id} = ANY(%s)").format(
             id=self.c["id"], emb=self.c["embedding"], t=self.table), (list(ids),)).fetchall()
-        by_id = {r[0]: np.asarray(json.loads(r[1]), dtype=np.float32) for r in rows}
+        return {r[0]: np.asarray(json.loads(r[1]), dtype=np.float32) for r in rows}
+
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        by_id = self.vectors_by_id(ids)
         return np.stack([by_id[i] for i in ids]) if ids else np.zeros((0, 0), dtype=np.float32)
 
     def count(self) -> int:

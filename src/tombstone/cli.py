@@ -103,20 +103,35 @@ def demo(workdir: str, backends: str, subjects: int, erase_subject: str | None, 
 @click.option("--subjects-file", type=click.Path(dir_okay=False), default=None,
               help="Erase every subject listed in FILE (one per line) in one batch: one reclaim and one probe"
                    " pass per store, one receipt per subject.")
-def erase(subject: str | None, config_path: str | None, out: str | None, subjects_file: str | None) -> None:
+@click.option("--queue", "queue", is_flag=True,
+              help="Do not erase here: create the sagas and queue them for 'tombstone worker' processes"
+                   " (needs lineage_dsn).")
+def erase(subject: str | None, config_path: str | None, out: str | None, subjects_file: str | None,
+          queue: bool) -> None:
     """Erase SUBJECT everywhere the lineage db knows of, then write its signed receipt."""
     from tombstone.api import Tombstone
 
     if bool(subject) == bool(subjects_file):
         raise ConfigError("give either SUBJECT or --subjects-file FILE")
+    if out and (subjects_file or queue):
+        raise ConfigError("--out writes one receipt here; a batch or a queue writes one per subject under receipts_dir")
+    subjects = [subject] if subject else []
     if subjects_file:
-        if out:
-            raise ConfigError("--out writes one receipt; a batch writes one per subject under receipts_dir")
         try:
             lines = Path(subjects_file).read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise ConfigError(f"cannot read {subjects_file}: {exc.strerror or exc}") from exc
         subjects = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if queue:
+        from tombstone.workers import enqueue
+
+        with Tombstone.open(config_path) as tomb:
+            queued = enqueue(tomb, subjects)
+        for item in queued:
+            click.echo(f"{item.subject}: saga {item.saga_id} {'queued' if item.queued else 'already queued'}")
+        click.echo(f"{sum(q.queued for q in queued)} sagas queued for 'tombstone worker'")
+        return
+    if subjects_file:
         with Tombstone.open(config_path) as tomb:
             done = tomb.erase_many(subjects)
         for receipt, path in done:
@@ -151,6 +166,26 @@ def _progress():
         click.echo(f"[{done}/{total}] {step} {store}".rstrip(), err=True)
 
     return lines
+
+
+@main.command()
+@CONFIG_OPTION
+@click.option("--name", default=None, help="This worker's name in logs and the journal (default: host:pid).")
+@click.option("--lease", type=float, default=30.0, show_default=True,
+              help="Seconds without a heartbeat after which a worker's saga is handed to another worker.")
+@click.option("--poll", type=float, default=1.0, show_default=True,
+              help="Seconds between looks at the queue (new jobs also arrive by LISTEN/NOTIFY).")
+@click.option("--drain", is_flag=True,
+              help="Exit once nothing is waiting or running in the queue, instead of waiting for more.")
+def worker(config_path: str | None, name: str | None, lease: float, poll: float, drain: bool) -> None:
+    """Work the queue of sagas shared through the PostgreSQL lineage db (see 'erase --queue')."""
+    from tombstone.workers import serve
+
+    state = serve(config_path, name=name, lease=lease, drain=drain, poll=poll)
+    click.echo(f"{state.name}: {len(state.finished)} sagas finished here, {len(state.failed)} failed")
+    if state.failed:
+        raise SagaError(f"{len(state.failed)} sagas failed in this worker; see 'tombstone status' and"
+                        " run 'tombstone resume' or queue them again")
 
 
 @main.command()
