@@ -225,6 +225,11 @@ def status(subject: str | None, config_path: str | None) -> None:
         sagas = tomb.lineage.sagas()
         counts = tomb.lineage.count_artifacts()
         click.echo("artifacts: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+        if tomb.config.lineage_dsn:
+            from tombstone.workers import queue_counts
+
+            jobs = queue_counts(tomb.config.lineage_dsn)
+            click.echo("queue:     " + (", ".join(f"{k} {v}" for k, v in sorted(jobs.items())) or "empty"))
         if not sagas:
             click.echo("no erasure has been run")
             return

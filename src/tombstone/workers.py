@@ -170,8 +170,9 @@ def queue_counts(dsn: str) -> dict[str, int]:
     """Jobs of the saga queue by status (``todo``, ``doing``, ``succeeded``, ``failed``, ...)."""
     import psycopg
 
-    ensure_queue(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+            return {}  # nothing was ever queued
         rows = conn.execute("SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s"
                             " GROUP BY status", (QUEUE,)).fetchall()
     return dict(rows)
