@@ -220,3 +220,19 @@ def test_workers_share_the_queue_and_a_killed_workers_saga_is_finished_by_anothe
     # Erased subjects are gone from both stores; the others' rows are byte-for-byte what they were.
     assert survivors(config, erased) == {"docs": [], "pg": []}
     assert survivors(config, kept) == kept_before
+
+
+def test_unreachable_lineage_server_is_one_line_and_exit_2(tmp_path):
+    result = cli("init", "--home", str(tmp_path / "d"), "--lineage-dsn",
+                 f"postgresql://nobody@/nodb?host={tmp_path}/no-such-socket-dir&connect_timeout=2")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot open lineage db postgresql://"), result.stderr
+    assert not (tmp_path / "d" / "tombstone.toml").exists()
+    bad = cli("init", "--home", str(tmp_path / "e"), "--lineage-dsn", "mysql://x")
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --lineage-dsn must be a postgresql:// DSN"
+
+
+def test_a_worker_needs_a_postgres_lineage_db(deployment):
+    result = cli("worker", "--drain", "--config", str(deployment.path))
+    assert result.returncode == 2 and "lineage_dsn" in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -24,11 +24,17 @@ def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None =
     With ``lineage_dsn`` the lineage db is that PostgreSQL database (for several workers)."""
     root = Path(root)
     config_path = root / CONFIG_NAME
-    if not config_path.exists():
+    created = not config_path.exists()
+    if created:
         write_config(config_path, stores, lineage_dsn=lineage_dsn)
-    config = load_config(config_path)
-    create_keys(config.keys_dir)
-    LineageDB(config.lineage_target, LineageSecret.load(config.keys_dir)).close()
+    try:
+        config = load_config(config_path)
+        create_keys(config.keys_dir)
+        LineageDB(config.lineage_target, LineageSecret.load(config.keys_dir)).close()
+    except BaseException:
+        if created:  # a config naming a lineage db that cannot be opened is not left behind
+            config_path.unlink(missing_ok=True)
+        raise
     return config
 
 

@@ -21,11 +21,16 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except ReceiptError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {_one_line(exc)}", err=True)
             sys.exit(1)
         except TombstoneError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {_one_line(exc)}", err=True)
             sys.exit(2)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line (a server's message can span several)."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.config import Config, load_config
-from tombstone.errors import ConfigError, SagaError, UnknownSubjectError
+from tombstone.errors import ConfigError, LineageError, SagaError, UnknownSubjectError
 
 QUEUE = "tombstone-sagas"
 TASK = "tombstone.run_saga"
@@ -57,18 +57,34 @@ def _require_dsn(config: Config) -> str:
     return config.lineage_dsn
 
 
+def _queue_error(dsn: str, exc: BaseException) -> LineageError:
+    from tombstone.lineage.db import _redact
+
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return LineageError(f"cannot use the saga queue at {_redact(dsn)}: {str(cause).strip() or type(cause).__name__}")
+
+
+def _database_errors() -> tuple[type[BaseException], ...]:
+    import psycopg
+
+    return (psycopg.Error, _procrastinate().exceptions.ProcrastinateException)
+
+
 def ensure_queue(dsn: str) -> None:
     """Install procrastinate's schema in the lineage database, once (workers starting together wait)."""
     import psycopg
 
     procrastinate = _procrastinate()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(28853, 1)")
-        try:
-            if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
-                conn.execute(procrastinate.schema.SchemaManager.get_schema())
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(28853, 1)")
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(28853, 1)")
+            try:
+                if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+                    conn.execute(procrastinate.schema.SchemaManager.get_schema())
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(28853, 1)")
+    except psycopg.Error as exc:
+        raise _queue_error(dsn, exc) from exc
 
 
 @dataclass
@@ -137,8 +153,6 @@ class Queued:
 def enqueue(tomb: Any, subjects: list[str]) -> list[Queued]:
     """Create (or find) each subject's saga and queue one job for it. Every subject is checked first: an
     unknown one stops the whole call before anything is created or queued."""
-    from tombstone.saga.engine import Saga
-
     dsn = _require_dsn(tomb.config)
     subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
     if not subjects:
@@ -150,13 +164,30 @@ def enqueue(tomb: Any, subjects: list[str]) -> list[Queued]:
     ensure_queue(dsn)
     procrastinate = _procrastinate()
     app = make_app(dsn)
+    try:
+        return _defer_all(tomb, app, subjects, procrastinate)
+    except _database_errors() as exc:
+        if isinstance(exc, procrastinate.exceptions.AlreadyEnqueued):
+            raise
+        raise _queue_error(dsn, exc) from exc
+
+
+def _defer_all(tomb: Any, app: Any, subjects: list[str], procrastinate: Any) -> list[Queued]:
+    from tombstone.saga.engine import Saga
+    from tombstone.saga.lock import SubjectBusyError
+
     out = []
     with app.open():
         task = app.tasks[TASK]
         for subject in subjects:
-            saga = Saga.start(tomb, subject)  # creates the saga and its plan, or finds the running one
-            saga.lock.release()
             key = tomb.lineage.subject_key(subject)
+            try:
+                saga = Saga.start(tomb, subject)  # creates the saga and its plan, or finds the running one
+            except SubjectBusyError:
+                running = tomb.lineage.running_saga(key)  # a worker is running it right now: nothing to queue
+                out.append(Queued(subject, running["saga_id"] if running else "", False))
+                continue
+            saga.lock.release()
             try:
                 task.configure(queueing_lock=saga.saga_id, lock=f"subject:{key[:32]}").defer(saga_id=saga.saga_id)
                 queued = True
@@ -226,4 +257,7 @@ def serve(config_path: str | Path | None = None, *, name: str | None = None, lea
         raise ConfigError("--lease and --poll must be positive")
     config = load_config(config_path)
     name = name or f"{socket.gethostname()}:{os.getpid()}"
-    return asyncio.run(_serve(config, name, lease, drain, poll))
+    try:
+        return asyncio.run(_serve(config, name, lease, drain, poll))
+    except _database_errors() as exc:
+        raise _queue_error(config.lineage_dsn or "", exc) from exc
