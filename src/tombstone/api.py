@@ -94,12 +94,9 @@ class Tombstone:
         receipt = saga.run()
         return receipt, saga.receipt_path
 
-    def erase_many(self, subjects: list[str]) -> list[tuple[dict[str, Any], Path]]:
-        """Erase a batch of subjects with one reclaim pass and one probe pass per store; one receipt each.
-
-        Every subject is checked before anything is touched: an unknown one stops the batch."""
-        from tombstone.saga.engine import run_batch
-
+    def known_subjects(self, subjects: list[str]) -> list[str]:
+        """The subjects, stripped and without repeats, each checked against the lineage db: an unknown
+        one raises UnknownSubjectError before anything is touched."""
         subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
         if not subjects:
             raise UnknownSubjectError("no subjects given")
@@ -107,6 +104,15 @@ class Tombstone:
             if not self.lineage.artifacts_for(self.lineage.subject_key(subject)):
                 raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it",
                                           subject=subject)
+        return subjects
+
+    def erase_many(self, subjects: list[str]) -> list[tuple[dict[str, Any], Path]]:
+        """Erase a batch of subjects with one reclaim pass and one probe pass per store; one receipt each.
+
+        Every subject is checked before anything is touched: an unknown one stops the batch."""
+        from tombstone.saga.engine import run_batch
+
+        subjects = self.known_subjects(subjects)
         sagas = []
         try:
             for subject in subjects:

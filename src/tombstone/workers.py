@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.config import Config, load_config
-from tombstone.errors import ConfigError, LineageError, SagaError, UnknownSubjectError
+from tombstone.errors import ConfigError, LineageError, SagaError
 
 QUEUE = "tombstone-sagas"
 TASK = "tombstone.run_saga"
@@ -154,13 +154,7 @@ def enqueue(tomb: Any, subjects: list[str]) -> list[Queued]:
     """Create (or find) each subject's saga and queue one job for it. Every subject is checked first: an
     unknown one stops the whole call before anything is created or queued."""
     dsn = _require_dsn(tomb.config)
-    subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
-    if not subjects:
-        raise UnknownSubjectError("no subjects given")
-    for subject in subjects:
-        if not tomb.lineage.artifacts_for(tomb.lineage.subject_key(subject)):
-            raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it",
-                                      subject=subject)
+    subjects = tomb.known_subjects(subjects)
     ensure_queue(dsn)
     procrastinate = _procrastinate()
     app = make_app(dsn)
