@@ -236,3 +236,38 @@ def test_unreachable_lineage_server_is_one_line_and_exit_2(tmp_path):
 def test_a_worker_needs_a_postgres_lineage_db(deployment):
     result = cli("worker", "--drain", "--config", str(deployment.path))
     assert result.returncode == 2 and "lineage_dsn" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_worker_that_finds_the_subject_locked_puts_the_job_back(tmp_path, server, lineage_dsn):
+    """Another process (here: this test) runs the subject's saga: the worker never runs it alongside, and
+    finishes it once the lock is free."""
+    refs = [demo.subject_name(1)]
+    config = deploy(tmp_path / "d", server, lineage_dsn, refs)
+    queued = cli("erase", "--queue", refs[0], "--config", str(config.path))
+    assert queued.returncode == 0, queued.stderr
+    holder = Tombstone(config)
+    (saga_id,) = [row["saga_id"] for row in holder.lineage.sagas("running")]
+    held = Saga.resume(holder, saga_id)  # holds the subject's lock, runs nothing
+    proc = worker(config, "w1")
+    deadline = time.monotonic() + 60
+
+    def attempts() -> int:
+        with psycopg.connect(lineage_dsn) as conn:
+            return conn.execute("SELECT attempts FROM procrastinate_jobs").fetchone()[0]
+
+    while attempts() < 1:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    time.sleep(1)
+    with psycopg.connect(lineage_dsn) as conn:
+        steps = conn.execute("SELECT count(*) FROM journal WHERE saga_id = %s AND step <> 'plan'", (saga_id,)).fetchone()[0]
+    assert steps == 0 and proc.poll() is None  # the worker waits; it ran nothing
+    held.lock.release()
+    holder.close()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    assert f"saga {saga_id} done" in out and attempts() >= 2
+    with psycopg.connect(lineage_dsn) as conn:
+        workers = {w for (w,) in conn.execute("SELECT worker FROM journal WHERE saga_id = %s AND step <> 'plan'",
+                                               (saga_id,)).fetchall()}
+    assert workers == {"w1"}
