@@ -9,7 +9,6 @@ leaves with it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from sqlalchemy.orm import Session, declarative_base
 
 from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord, LineageDB
 from tombstone.verify.levels import Level
 
@@ -85,8 +84,7 @@ class ExactCacheAdapter(Adapter):
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
-        if "path" not in options:
-            raise ConfigError(f"store {store!r}: the exact_cache backend needs path = \"...\"")
+        self.require("path")
         self.path = Path(options["path"])
         if not self.path.is_file():
             raise StoreUnavailableError(f"no cache database at {self.path}", store=store, retryable=False)

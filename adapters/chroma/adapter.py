@@ -17,7 +17,7 @@ import numpy as np
 from tombstone.faults import kill_point
 from tombstone.capture.vector import normalised_fingerprint
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
@@ -75,8 +75,7 @@ class ChromaAdapter(Adapter):
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
-        if "path" not in options or "collection" not in options:
-            raise ConfigError(f"store {store!r}: the chroma backend needs path = \"...\" and collection = \"...\"")
+        self.require("path", "collection")
         self.path = Path(options["path"])
         self.name = str(options["collection"])
         if not (self.path / "chroma.sqlite3").is_file():

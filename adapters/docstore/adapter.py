@@ -9,7 +9,7 @@ from typing import Any
 
 from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError
+from tombstone.errors import PhysicalUnsupportedError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 
@@ -27,8 +27,7 @@ class DocstoreAdapter(Adapter):
 
     def __init__(self, store: str, options: dict[str, Any]) -> None:
         super().__init__(store, options)
-        if "path" not in options:
-            raise ConfigError(f"store {store!r}: the docstore backend needs path = \"...\"")
+        self.require("path")
         self.docs = DocStore(
             options["path"], store=store, secure_delete=options.get("secure_delete"), create=False
         )

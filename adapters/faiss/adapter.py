@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
@@ -28,8 +28,7 @@ class FaissAdapter(Adapter):
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
-        if "path" not in options:
-            raise ConfigError(f"store {store!r}: the faiss backend needs path = \"...\"")
+        self.require("path")
         self.faiss = FaissStore(options["path"], store=store, create=False)
 
     @property

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
@@ -44,8 +44,7 @@ class PgVectorAdapter(Adapter):
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
-        if "table" not in options:
-            raise ConfigError(f"store {store!r}: the pgvector backend needs table = \"...\"")
+        self.require("table")
         self.conn = connect(dsn_from(options, store), store)
         columns = {role: options[f"{role}_column"] for role in ("id", "document", "metadata", "embedding")
                    if options.get(f"{role}_column")}
@@ -206,7 +205,7 @@ class PgVectorAdapter(Adapter):
                 offset, wrote = 0, False
                 with open(local, "wb") as fh:
                     while True:
-                        data = self._run(f"SELECT pg_read_binary_file(%s, %s, %s, true)",
+                        data = self._run("SELECT pg_read_binary_file(%s, %s, %s, true)",
                                          (remote, offset, _CHUNK)).fetchone()[0]
                         if not data:
                             break

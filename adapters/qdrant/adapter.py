@@ -19,7 +19,7 @@ from qdrant_client.local.utils import normalize_point_id
 
 from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
@@ -68,8 +68,7 @@ class QdrantAdapter(Adapter):
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
-        if "path" not in options or "collection" not in options:
-            raise ConfigError(f"store {store!r}: the qdrant backend needs path = \"...\" and collection = \"...\"")
+        self.require("path", "collection")
         self.path = Path(options["path"])
         self.name = str(options["collection"])
         if not (self.path / "meta.json").is_file():

@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tombstone.errors import AdapterError, AdapterNotFoundError, PhysicalUnsupportedError
+from tombstone.errors import AdapterError, AdapterNotFoundError, ConfigError, PhysicalUnsupportedError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
 from tombstone.verify.physical import scan_files
@@ -98,6 +98,12 @@ class Adapter(abc.ABC):
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         self.store = store
         self.options = dict(options)
+
+    def require(self, *keys: str) -> None:
+        """Raise one ConfigError line naming the options this backend needs, if any of ``keys`` is missing."""
+        if any(key not in self.options for key in keys):
+            needs = " and ".join(f'{key} = "..."' for key in keys)
+            raise ConfigError(f"store {self.store!r}: the {self.backend} backend needs {needs}")
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
