@@ -23,7 +23,7 @@ import numpy as np
 
 from tombstone import ArtifactRecord, Tombstone, __version__, init_deployment
 from tombstone.capture.vector import capture_vectors
-from tombstone.verify.physical import scan_files
+from tombstone.verify.scanner import scan_files
 from tombstone_adapters.docstore import DocStore, DocstoreAdapter
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from tombstone.errors import AdapterError, AdapterNotFoundError, ConfigError, PhysicalUnsupportedError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
-from tombstone.verify.physical import scan_files
+from tombstone.verify.scanner import scan_files
 
 ENTRY_POINT_GROUP = "tombstone.adapters"
 MIN_NONZERO_FINGERPRINT_DIMS = 4

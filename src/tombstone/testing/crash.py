@@ -1,6 +1,6 @@
 """Crash-and-resume trials: kill ``tombstone erase`` with SIGKILL at a named point, resume, compare.
 
-Used by the test suite (``tests/test_crash_resume.py``) and by ``benchmarks/run.py`` for RESULTS.md. A
+Used by the test suite (``tests/core/test_crash_resume.py``) and by ``benchmarks/run.py`` for RESULTS.md. A
 trial copies a template deployment, runs ``tombstone erase`` in a subprocess with ``TOMBSTONE_KILL_AT``
 set, runs ``tombstone resume`` (or ``erase`` again when the kill came before the saga existed), and
 compares the receipt's statuses and every store's survivors with a clean run on an identical copy.

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tombstone.errors import StoreUnavailableError
 from tombstone.verify import physical
-from tombstone.verify.physical import scan_files
+from tombstone.verify.scanner import scan_files
 
 
 def naive(data: bytes, pattern: bytes) -> list[int]:

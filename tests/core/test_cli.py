@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from tombstone.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, cwd: Path | None = None):

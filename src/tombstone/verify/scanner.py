@@ -1,4 +1,4 @@
-"""Multi-pattern byte scanner used by every physical probe.
+"""The multi-pattern byte scanner under every physical probe.
 
 One pass over each file finds every pattern of a batch (Aho-Corasick over bytes), reading the
 file in bounded chunks that overlap by the longest pattern's length minus one, so a match that
