@@ -54,13 +54,13 @@ def init(home: str, lineage_dsn: str | None) -> None:
     """Create the config, the signing key, the lineage secret and the lineage db (never overwrites keys)."""
     from tombstone.api import init_deployment
     from tombstone.keys import PUBLIC_KEY
-    from tombstone.lineage.db import _redact
+    from tombstone.lineage.postgres import redact_dsn
 
     if lineage_dsn is not None and not lineage_dsn.startswith(("postgresql://", "postgres://")):
         raise ConfigError("--lineage-dsn must be a postgresql:// DSN")
     config = init_deployment(home, lineage_dsn=lineage_dsn)
     click.echo(f"config:      {config.path}")
-    click.echo(f"lineage db:  {_redact(config.lineage_dsn) if config.lineage_dsn else config.lineage_db}")
+    click.echo(f"lineage db:  {redact_dsn(config.lineage_dsn) if config.lineage_dsn else config.lineage_db}")
     click.echo(f"public key:  {config.keys_dir / PUBLIC_KEY}  (share it with auditors)")
 
 

@@ -15,7 +15,9 @@
     │   ├── PhysicalUnsupportedError the backend cannot be checked at the physical level
     │   └── ReclaimUnavailableError this store cannot be reclaimed here (e.g. not writable)
     ├── ReceiptError             a receipt is malformed, tampered with, or fails its signature
+    ├── DeadLetterError          a store operation failed past its retry budget; its artifacts went to the dead-letter list
     └── SagaError                a saga cannot run (already running, nothing to resume, ...)
+        └── SubjectBusyError     another process or worker is running this subject's saga
 
 Context travels as keyword-only fields (``store=``, ``subject=``) so that the CLI and the
 saga can report it without parsing messages; ``retryable`` tells the saga whether backing off
@@ -112,5 +114,21 @@ class ReceiptError(TombstoneError):
     """A receipt is malformed, has been altered, or its signature does not verify."""
 
 
+class DeadLetterError(TombstoneError):
+    """A store operation failed past its retry budget (or with an error retrying cannot help); its
+    artifacts went to the dead-letter list, which ``tombstone dlq retry`` tries again."""
+
+    def __init__(self, error: str, attempts: int, *, store: str | None = None) -> None:
+        super().__init__(error, store=store)
+        self.error = error
+        """The last failure, as one line."""
+        self.attempts = attempts
+        """How many times the operation was tried."""
+
+
 class SagaError(TombstoneError):
     """A saga cannot be started or resumed."""
+
+
+class SubjectBusyError(SagaError):
+    """Another process (or worker) is running this subject's saga."""

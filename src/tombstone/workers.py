@@ -58,10 +58,10 @@ def _require_dsn(config: Config) -> str:
 
 
 def _queue_error(dsn: str, exc: BaseException) -> LineageError:
-    from tombstone.lineage.db import _redact
+    from tombstone.lineage.postgres import redact_dsn
 
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    return LineageError(f"cannot use the saga queue at {_redact(dsn)}: {str(cause).strip() or type(cause).__name__}")
+    return LineageError(f"cannot use the saga queue at {redact_dsn(dsn)}: {str(cause).strip() or type(cause).__name__}")
 
 
 def _database_errors() -> tuple[type[BaseException], ...]:

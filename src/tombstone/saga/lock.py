@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tombstone.errors import SagaError
+from tombstone.errors import SubjectBusyError
 
-
-class SubjectBusyError(SagaError):
-    """Another process (or worker) is running this subject's saga."""
+__all__ = ["SubjectBusyError", "SubjectLock"]
 
 
 class SubjectLock:
+    """The subject's lock from the lineage db, taken with a wait and released when the saga ends."""
+
     def __init__(self, lineage: Any, subject_key: str) -> None:
         self._lock = lineage.subject_lock(subject_key)
 
