@@ -22,7 +22,7 @@ def run(tmp: Path) -> dict:
     for group, backends in GROUPS.items():
         prepared = prepare(GROUPS[group], tmp / f"crash-{group}")
         start = time.perf_counter()
-        results = run_trials(group, prepared, tmp / f"crash-{group}-trials")
+        results = run_trials(prepared, tmp / f"crash-{group}-trials")
         elapsed = time.perf_counter() - start
         inside = sum(p.startswith(("reclaim:", "faiss:")) for p, _ in results)
         out[group] = {"backends": backends, "trials": len(results), "agree": sum(r is None for _, r in results),

@@ -4,12 +4,15 @@
 """
 
 from tombstone.api import Tombstone, init_deployment
-from tombstone.contract import Adapter, Capability, ProbeResult, adapter_class, available_backends
+from tombstone.capabilities import Capability
+from tombstone.contract import Adapter, adapter_class, available_backends
 from tombstone.errors import TombstoneError
-from tombstone.lineage.db import ArtifactRecord, LineageDB
+from tombstone.lineage.db import LineageDB
+from tombstone.lineage.records import ArtifactRecord
+from tombstone.receipt.model import Receipt
 from tombstone.verify.levels import Findings, Level, Status, StatusKind, decide
-
-__version__ = "0.1.0"
+from tombstone.verify.result import NotRun, ProbeResult
+from tombstone.version import __version__
 
 __all__ = [
     "Adapter",
@@ -18,7 +21,9 @@ __all__ = [
     "Findings",
     "Level",
     "LineageDB",
+    "NotRun",
     "ProbeResult",
+    "Receipt",
     "Status",
     "StatusKind",
     "Tombstone",

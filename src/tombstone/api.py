@@ -12,9 +12,9 @@ from tombstone.clock import Clock, system_clock
 from tombstone.config import CONFIG_NAME, Config, load_config, write_config
 from tombstone.contract import Adapter, open_adapter
 from tombstone.errors import ConfigError, SagaError, UnknownSubjectError
-from tombstone.keys import LineageSecret, create_keys
+from tombstone.keys import LineageSecret, create_keys, load_private_key
 from tombstone.lineage.db import LineageDB
-from tombstone.saga.engine import RetryPolicy, Saga
+from tombstone.saga import RetryPolicy, Saga, SagaContext, run_batch
 
 
 def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None = None, *,
@@ -51,6 +51,10 @@ class Tombstone:
         self.secret = LineageSecret.load(config.keys_dir)
         self.lineage = LineageDB(config.lineage_target, self.secret, clock=clock)
         self._adapters: dict[str, Adapter] = {}
+        self.context = SagaContext(lineage=self.lineage, adapter=self.adapter, clock=clock, sleep=sleep,
+                                   retry=self.retry, signer=lambda: load_private_key(config.keys_dir),
+                                   receipt_path=self.default_receipt_path, levels=config.levels)
+        """What sagas of this deployment work through."""
 
     @classmethod
     def open(cls, config_path: str | Path | None = None, **kwargs: Any) -> "Tombstone":
@@ -89,7 +93,7 @@ class Tombstone:
         ``artifacts`` limits the erasure to some (store, id) pairs of the subject's lineage graph; anything
         outside it raises ScopeViolationError before anything is touched.
         """
-        saga = Saga.start(self, subject, str(out) if out else None, artifacts=artifacts)
+        saga = Saga.start(self.context, subject, str(out) if out else None, artifacts=artifacts)
         saga.progress = progress
         receipt = saga.run()
         return receipt, saga.receipt_path
@@ -110,13 +114,11 @@ class Tombstone:
         """Erase a batch of subjects with one reclaim pass and one probe pass per store; one receipt each.
 
         Every subject is checked before anything is touched: an unknown one stops the batch."""
-        from tombstone.saga.engine import run_batch
-
         subjects = self.known_subjects(subjects)
         sagas = []
         try:
             for subject in subjects:
-                sagas.append(Saga.start(self, subject))
+                sagas.append(Saga.start(self.context, subject))
         except BaseException:
             for saga in sagas:
                 saga.lock.release()
@@ -139,7 +141,7 @@ class Tombstone:
         self.skipped: list[str] = []
         for row in self.lineage.sagas("running"):
             try:
-                saga = Saga.resume(self, row["saga_id"])
+                saga = Saga.resume(self.context, row["saga_id"])
             except SagaError as exc:
                 self.skipped.append(str(exc))
                 continue

@@ -20,18 +20,13 @@ from typing import Any
 
 from tombstone.config import CONFIG_NAME, Config, load_config
 from tombstone.contract import Adapter, open_adapter
-from tombstone.errors import (
-    AdapterError,
-    ConfigError,
-    KeyMaterialError,
-    PhysicalUnsupportedError,
-    ReceiptError,
-    TombstoneError,
-)
+from tombstone.errors import ConfigError, ReceiptError, TombstoneError
 from tombstone.keys import PUBLIC_KEY, load_public_key
-from tombstone.lineage.db import ArtifactRecord, forbid_lineage
+from tombstone.lineage.guard import forbid_lineage
 from tombstone.receipt import load_receipt, verify
-from tombstone.verify.levels import Level
+from tombstone.receipt.model import ArtifactEntry, Receipt
+from tombstone.verify import runner
+from tombstone.verify.levels import Level, StatusKind
 
 NOT_RUN_FRAGMENTS = "fragment probes not re-run: the verifier has no probe table (by design)"
 
@@ -75,11 +70,6 @@ class AuditReport:
     def as_json(self) -> dict[str, Any]:
         return {"receipt": self.receipt, "integrity": self.integrity, "chain": self.chain, "agree": self.agree,
                 "artifacts": [asdict(r) for r in self.rows], "note": NOT_RUN_FRAGMENTS}
-
-
-def _status(entry: dict[str, Any]) -> str:
-    detail = entry["level"] or entry["reason"] or ""
-    return f"{entry['status']}({detail})"
 
 
 def _find_config(receipt_path: Path, config_path: str | None) -> Config:
@@ -149,16 +139,16 @@ def audit(
                     return AuditReport(str(receipt_path), "ok", f"broken: {path}: {exc}", [])
                 chain_receipts.append(earlier)
             chain = check_chain(chain_receipts, anchor)
-        rows = _reprobe(receipt, config)
+        rows = _reprobe(Receipt.parse(receipt), config)
     return AuditReport(str(receipt_path), "ok", chain, rows)
 
 
-def _reprobe(receipt: dict[str, Any], config: Config) -> list[AuditRow]:
-    by_store: dict[str, list[dict[str, Any]]] = {}
-    for entry in receipt["artifacts"]:
-        by_store.setdefault(entry["store"], []).append(entry)
+def _reprobe(receipt: Receipt, config: Config) -> list[AuditRow]:
     rows: list[AuditRow] = []
-    for store, entries in sorted(by_store.items()):
+    # The auditor's pipeline: no lineage (no probe vectors, no duplicate-content attribution), store
+    # failures reported as probes that could not run, every level the receipt could have claimed.
+    ctx = runner.VerifyContext(record_errors=True)
+    for store, entries in receipt.by_store().items():
         adapter: Adapter | None = None
         problem = None
         cfg = config.stores.get(store)
@@ -169,42 +159,29 @@ def _reprobe(receipt: dict[str, Any], config: Config) -> list[AuditRow]:
                 adapter = open_adapter(store, cfg.backend, cfg.options)
             except TombstoneError as exc:
                 problem = str(exc)
-        arts = [ArtifactRecord(store=store, artifact_id=e["artifact_id"], backend=e["backend"], kind=e["kind"],
-                               fingerprint=tuple(e["fingerprint"]) if e["fingerprint"] else None,
-                               inv_norm=e.get("inv_norm")) for e in entries]
-        logical: dict[str, Any] = {}
-        physical: dict[str, Any] = {}
+        arts = [entry.record() for entry in entries]
         not_run: list[str] = [NOT_RUN_FRAGMENTS]
+        verdicts: dict[str, runner.Verdict] = {}
         if adapter is not None:
             try:
-                logical = adapter.probe_logical(arts, None)
-            except (AdapterError, TombstoneError) as exc:
-                not_run.append(f"logical: {exc}")
-            try:
-                physical = adapter.probe_physical(arts)
-            except PhysicalUnsupportedError as exc:
-                not_run.append(f"physical: {exc}")
-            except TombstoneError as exc:
-                not_run.append(f"physical: {exc}")
+                verdicts = runner.run(ctx, adapter, arts)
             finally:
                 adapter.close()
+            for verdict in verdicts.values():
+                not_run += [f"{level.value}: {outcome.why}" for level, outcome in verdict.reported.items()
+                            if not outcome.ran]
         else:
             not_run.append(f"all probes: {problem}")
-        for entry, art in zip(entries, arts):
-            rows.append(_compare(entry, logical.get(art.artifact_id), physical.get(art.artifact_id), list(not_run)))
+        for entry in entries:
+            verdict = verdicts.get(entry.artifact_id)
+            rows.append(_compare(entry, verdict.reported if verdict else {}, list(dict.fromkeys(not_run))))
     return rows
 
 
-def _compare(entry: dict[str, Any], logical, physical, not_run: list[str]) -> AuditRow:
-    found = []
-    absent = []
-    for level, result in (("logical", logical), ("physical", physical)):
-        if result is None:
-            continue
-        if result.passed:
-            absent.append(level)
-        else:
-            found.append(f"{level}: {result.measurement}")
+def _compare(entry: ArtifactEntry, outcomes: dict[Level, Any], not_run: list[str]) -> AuditRow:
+    ran = [(level, outcome) for level, outcome in sorted(outcomes.items(), key=lambda kv: kv[0].rank) if outcome.ran]
+    found = [f"{level.value}: {outcome.measurement}" for level, outcome in ran if not outcome.passed]
+    absent = [level.value for level, outcome in ran if outcome.passed]
     if found:
         summary = "present: " + "; ".join(found)
     elif absent:
@@ -212,11 +189,12 @@ def _compare(entry: dict[str, Any], logical, physical, not_run: list[str]) -> Au
     else:
         summary = "not checked"
     agree = True
-    if entry["status"] == "VERIFIED":
-        claimed = Level(entry["level"]).rank
-        contradicted = [r for lv, r in (("logical", logical), ("physical", physical))
-                        if r is not None and not r.passed and Level(lv).rank <= claimed]
+    if entry.status is StatusKind.VERIFIED and entry.level is not None:
+        claimed = entry.level.rank
+        contradicted = [level for level, outcome in ran if not outcome.passed and level.rank <= claimed]
         agree = not contradicted
-        if entry["level"] == "physical" and physical is None:
-            not_run.append("physical: the receipt claims this level but the verifier could not check it")
-    return AuditRow(entry["artifact_id"], entry["store"], _status(entry), summary, agree, not_run)
+        unchecked = [lv for lv in Level if lv.rank <= claimed and lv is not Level.LOGICAL
+                     and not (lv in outcomes and outcomes[lv].ran)]
+        for level in unchecked:
+            not_run.append(f"{level.value}: the receipt claims this level but the verifier could not check it")
+    return AuditRow(entry.artifact_id, entry.store, entry.status_text, summary, agree, not_run)

@@ -1,10 +1,12 @@
 """``tombstone check``: the CI gate for one backend's delete path.
 
 Canary subjects — synthetic, named ``tombstone-canary-NNNN`` — are written through the backend's wrapper
-into a scratch store (or, with a config, into the configured store's server in a collection, table,
-directory or namespace of their own), erased, and each canary must end at the backend's highest
-applicable level: VERIFIED(physical) for a self-hosted backend; for a managed one, UNVERIFIED(managed)
-with a passing logical probe. Before erasing, the physical probe must find every canary (the control): a
+by the adapter's own demo hook (``Adapter.demo_fill``) into a scratch store (``demo_store``; or, with a
+config, into the configured store's server in a collection, table, directory or namespace of their own:
+``canary_options``), erased, and each canary must end at the backend's highest applicable level: VERIFIED
+at the highest level the adapter declares (physical for a self-hosted store); for a managed one,
+UNVERIFIED(managed) with a passing logical probe. Any installed backend with those hooks can be checked,
+the caches included. Before erasing, the physical probe must find every canary (the control): a
 probe that cannot find live bytes proves nothing when it later finds none.
 
 Canaries use a scratch lineage db and keys, so they never enter the operator's receipt chain.
@@ -17,16 +19,17 @@ import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tombstone.api import Tombstone, init_deployment
+from tombstone.capabilities import Capability
 from tombstone.config import load_config
-from tombstone.contract import Capability, adapter_class
+from tombstone.contract import adapter_class
 from tombstone.errors import ConfigError
+from tombstone.receipt.model import ArtifactEntry, Receipt
+from tombstone.verify.levels import Level, StatusKind
 
 CANARY_PREFIX = "tombstone-canary-"
-# Caches are derived stores (their entries need a source to be in lineage); check their backing stores.
-CHECK_BACKENDS = ("chroma", "docstore", "faiss", "pgvector", "pinecone", "qdrant")
 
 
 @dataclass
@@ -67,76 +70,71 @@ class CheckResult:
         return ET.tostring(suite, encoding="unicode")
 
 
-def _canary_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The configured store's options, pointed at a place of the canaries' own."""
-    out = dict(options)
-    if backend in ("chroma", "qdrant"):
-        out["collection"] = f"{options.get('collection', 'rag-chunks')}-tombstone-canary"
-    elif backend == "pgvector":
-        out["table"] = f"{options['table']}_tombstone_canary"
-    elif backend == "pinecone":
-        out["namespace"] = "tombstone-canary"
-    elif backend == "docstore":
-        path = Path(options["path"])
-        out["path"] = str(path.with_name(f"{path.stem}-tombstone-canary{path.suffix}"))
-    elif backend == "faiss":
-        out["path"] = f"{options['path'].rstrip('/')}-tombstone-canary"
-    return out
+def checkable_backends() -> list[str]:
+    """Every installed backend ``tombstone check`` can exercise: those whose adapter builds demo data."""
+    from tombstone.demo import demo_backends
+
+    return sorted(demo_backends())
+
+
+def expectation(cls: type) -> tuple[str, Callable[[ArtifactEntry], bool]]:
+    """What each canary of a backend must end with, as text and as a test of a receipt entry."""
+    if Capability.MANAGED in cls.capabilities:
+        def managed(entry: ArtifactEntry) -> bool:
+            logical = entry.probe(Level.LOGICAL)
+            return (entry.status is StatusKind.UNVERIFIED and "managed" in (entry.reason or "")
+                    and logical is not None and logical.passed is True)
+
+        return "UNVERIFIED(managed) with a passing logical probe", managed
+    top = max(cls.levels, key=lambda lv: lv.rank)
+    return (f"VERIFIED({top.value})",
+            lambda entry: entry.status is StatusKind.VERIFIED and entry.level is not None and entry.level.rank >= top.rank)
 
 
 def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3,
               workdir: str | Path | None = None) -> CheckResult:
     """Write, erase and judge canaries for ``backend``; see the module docstring."""
-    from tombstone import demo
+    from tombstone.demo import DemoKit, fill, stop_services
 
-    if backend not in CHECK_BACKENDS:
-        raise ConfigError(f"tombstone check knows backends {', '.join(CHECK_BACKENDS)}; got {backend!r}")
-    capabilities = adapter_class(backend).capabilities
-    managed = Capability.MANAGED in capabilities
+    cls = adapter_class(backend)
+    if cls.demo_role is None:
+        raise ConfigError(f"tombstone check needs a backend whose adapter can write canaries;"
+                          f" {backend!r} cannot. Checkable: {', '.join(checkable_backends())}")
     result = CheckResult(backend)
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tombstone-check-"))
+    kit = DemoKit(root=root / "deployment")
+    options: dict[str, Any] = {}
     try:
         if config_path:
             config = load_config(config_path)
             mine = [s for s in config.stores.values() if s.backend == backend]
             if not mine:
                 raise ConfigError(f"{config.path} configures no {backend} store")
-            options = {"backend": backend, **_canary_options(backend, mine[0].options)}
-            result.notes.append(f"canaries in the configured {backend} store, in their own place: "
-                                f"{ {k: v for k, v in options.items() if k in ('collection', 'table', 'namespace', 'path')} }")
-        elif backend == "pinecone":
-            options = demo.start_pinecone_emulator()
-            result.notes.append("no config given: pinecone ran against the local emulator of its data-plane API")
+            options = {"backend": backend, **cls.canary_options(mine[0].options)}
+            place = {k: v for k, v in options.items() if k in ("collection", "table", "namespace", "path")}
+            result.notes.append(f"canaries in the configured {backend} store, in their own place: {place}")
         else:
-            options = dict(demo.STORES[backend][0])
-        deployment = init_deployment(root / "deployment", {backend: {k: v for k, v in options.items() if v is not None}})
+            options = cls.demo_store(kit)
+        deployment = init_deployment(kit.root, {backend: {k: v for k, v in options.items() if v is not None}})
         subjects = [f"{CANARY_PREFIX}{i:04d}" for i in range(1, canaries + 1)]
         with Tombstone(deployment) as tomb:
-            demo.fill(tomb, backend, subjects)
+            fill(tomb, backend, subjects, kit=kit)
             arts = [a for s in subjects for a in tomb.lineage.artifacts_for(tomb.lineage.subject_key(s))]
-            if Capability.PHYSICAL_SCAN in capabilities:
+            if Capability.PHYSICAL_SCAN in cls.capabilities:
                 before = tomb.adapter(backend).probe_physical(arts)
                 blind = [a.artifact_id for a in arts if not before[a.artifact_id].id_found]
                 if blind:
                     result.failures.append(f"control failed: the physical probe did not find live canaries {blind}")
-            expected = "UNVERIFIED(managed) with a passing logical probe" if managed else "VERIFIED(physical)"
+            expected, meets = expectation(cls)
             for subject in subjects:
-                receipt, _ = tomb.erase(subject)
-                for entry in receipt["artifacts"]:
-                    logical = entry["evidence"]["probes"][0]
-                    if managed:
-                        ok = (entry["status"] == "UNVERIFIED" and "managed" in (entry["reason"] or "")
-                              and logical["passed"] is True)
-                    else:
-                        ok = entry["status"] == "VERIFIED" and entry["level"] == "physical"
-                    detail = entry["level"] or entry["reason"] or ""
-                    if entry["measurement"]:
-                        detail += f": {entry['measurement']}"
-                    result.rows.append(CheckRow(entry["artifact_id"], subject, f"{entry['status']}({detail})",
-                                                expected, ok, detail))
+                data, _ = tomb.erase(subject)
+                for entry in Receipt.parse(data).artifacts:
+                    result.rows.append(CheckRow(entry.artifact_id, subject, entry.status_text, expected,
+                                                meets(entry), entry.status_text))
     finally:
-        for line in demo.stop_services():
+        for line in stop_services():
             result.notes.append(line)
+        cls.release(options)
         if not workdir:
             shutil.rmtree(root, ignore_errors=True)
     return result

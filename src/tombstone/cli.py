@@ -67,21 +67,19 @@ def init(home: str, lineage_dsn: str | None) -> None:
 @main.command()
 @click.option("--workdir", type=click.Path(file_okay=False), default="tombstone-demo", show_default=True,
               help="Directory to build the deployment in.")
-@click.option("--backends", default="chroma,docstore,exact_cache,semantic_cache", show_default=True,
-              help="Comma-separated backends to build (chroma, docstore, exact_cache, faiss, pgvector, pinecone,"
-                   " qdrant, semantic_cache); pinecone runs against a local emulator of its API.")
+@click.option("--backends", default=None,
+              help="Comma-separated backends to build (default: every installed adapter's default demo store);"
+                   " 'tombstone backends' lists what can be built.")
 @click.option("--subjects", type=int, default=5, show_default=True, help="Number of subjects to create.")
 @click.option("--erase", "erase_subject", default=None,
               help="Subject to erase (default: the first one); 'none' builds without erasing.")
 @click.option("--force", is_flag=True, help="Rebuild a directory a previous demo created.")
-def demo(workdir: str, backends: str, subjects: int, erase_subject: str | None, force: bool) -> None:
+def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str | None, force: bool) -> None:
     """Build a small deployment through the wrappers, erase one subject, print the receipt summary."""
     from tombstone.api import Tombstone
-    from tombstone.demo import build_demo
+    from tombstone.demo import build_demo, default_backends, stop_services
 
-    from tombstone.demo import stop_services
-
-    names = [b.strip() for b in backends.split(",") if b.strip()]
+    names = [b.strip() for b in backends.split(",") if b.strip()] if backends is not None else default_backends()
     try:
         refs = build_demo(workdir, names, subjects, force=force)
         root = Path(workdir)
@@ -347,14 +345,13 @@ def receipt_verify(file: str, key: str | None, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON instead of a table.")
 def receipt_show(file: str, as_json: bool) -> None:
     """Print a receipt as a readable table (this does not verify it)."""
-    from tombstone.receipt import load_receipt, validate_schema
+    from tombstone.receipt import Receipt
 
-    data = load_receipt(file)
-    validate_schema(data)
+    parsed = Receipt.load(file)
     if as_json:
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        click.echo(json.dumps(parsed.data, indent=2, sort_keys=True))
         return
-    click.echo(format_receipt(data))
+    click.echo(format_receipt(parsed))
     click.echo("(not verified here: run 'tombstone receipt verify FILE')")
 
 
@@ -407,7 +404,8 @@ def audit_cmd(file: str, config_path: str | None, key: str | None, previous: tup
 
 
 @main.command("check")
-@click.option("--backend", required=True, help="Backend to check: chroma, docstore, faiss, pgvector, pinecone, qdrant.")
+@click.option("--backend", required=True,
+              help="Backend to check: any installed adapter that can write canaries ('tombstone backends' lists them).")
 @CONFIG_OPTION
 @click.option("--junit", type=click.Path(dir_okay=False), default=None, help="Also write the result as JUnit XML.")
 @click.option("--canaries", type=int, default=3, show_default=True, help="Number of canary subjects.")
@@ -434,6 +432,23 @@ def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries
         sys.exit(1)
 
 
+@main.command("backends")
+def backends_cmd() -> None:
+    """List the installed backend adapters: capabilities, levels, demo support, or how to install them."""
+    from tombstone.contract import install_hint, loadable_adapters
+
+    rows = []
+    for name, cls in loadable_adapters().items():
+        if not isinstance(cls, type):
+            rows.append((name, "not importable", "-", "-", install_hint(name) or str(cls)))
+            continue
+        caps = ",".join(sorted(c.value for c in cls.capabilities)) or "-"
+        levels = ",".join(lv.value for lv in cls.levels)
+        demo = cls.demo_role + (" (default)" if cls.demo_default else "") if cls.demo_role else "-"
+        rows.append((name, caps, levels, demo, ""))
+    click.echo(_table(("backend", "capabilities", "levels", "demo / check", "install"), rows))
+
+
 @receipt.command("schema")
 def receipt_schema_cmd() -> None:
     """Print the published JSON Schema of the receipt format."""
@@ -450,20 +465,19 @@ def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
     return "\n".join(lines)
 
 
-def format_receipt(receipt: dict[str, Any]) -> str:
+def format_receipt(receipt: "dict[str, Any] | Receipt") -> str:
     """The receipt summary: header, one row per artifact, totals."""
-    rows = []
-    for art in receipt["artifacts"]:
-        detail = art["level"] or art["reason"] or ""
-        if art["measurement"]:
-            detail = f"{detail}: {art['measurement']}"
-        rows.append((art["store"], art["backend"], art["artifact_id"], f"{art['status']}({detail})"))
+    from tombstone.receipt.model import Receipt
+
+    if not isinstance(receipt, Receipt):
+        receipt = Receipt.parse(receipt)
+    rows = [(a.store, a.backend, a.artifact_id, a.status_text) for a in receipt.artifacts]
     head = [
-        f"subject {receipt['subject']}  saga {receipt['saga_id']}  receipt #{receipt['sequence']}",
-        f"started {receipt['started_at']}  finished {receipt['finished_at']}",
+        f"subject {receipt.subject}  saga {receipt.saga_id}  receipt #{receipt.sequence}",
+        f"started {receipt.started_at}  finished {receipt.finished_at}",
     ]
-    totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
-    out_of_scope = ", ".join(item["what"] for item in receipt["out_of_scope"])
+    totals = ", ".join(f"{k} {v}" for k, v in receipt.summary.items() if v)
+    out_of_scope = ", ".join(what for what, _ in receipt.out_of_scope)
     return "\n".join(
         head
         + [_table(("store", "backend", "artifact", "status"), rows)]

@@ -10,6 +10,7 @@ can be moved or copied as a whole (the crash-resume tests rely on that).
     keys_dir = "keys"
     receipts_dir = "receipts"
     # lineage_dsn = "postgresql://tombstone@db.internal/tombstone"   # several workers: see below
+    # levels = ["logical", "physical", "semantic", "model"]           # the default: every level
 
     [stores.docs]
     backend = "docstore"
@@ -18,6 +19,9 @@ can be moved or copied as a whole (the crash-resume tests rely on that).
 ``lineage_dsn``, when set, puts the lineage db (and so the saga journal and the job queue of
 ``tombstone worker``) on PostgreSQL instead of the ``lineage_db`` file, so workers on several machines
 share it. Leave the password out of it: libpq reads ``PGPASSWORD`` or ``~/.pgpass``.
+
+``levels`` lists the verification levels the saga runs; a level left out shows on every receipt as not
+run, with that reason. The logical level cannot be left out (nothing is VERIFIED without it).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 import tomli_w
 
 from tombstone.errors import ConfigError
+from tombstone.verify.levels import Level
 
 CONFIG_NAME = "tombstone.toml"
 ENV_VAR = "TOMBSTONE_CONFIG"
@@ -72,6 +77,8 @@ class Config:
     """Configured stores by name."""
     lineage_dsn: str | None = None
     """A ``postgresql://`` DSN: the lineage db (journal, queue) lives there instead of ``lineage_db``."""
+    levels: frozenset[Level] = frozenset(Level)
+    """The verification levels the saga runs (every level by default)."""
 
     @property
     def lineage_target(self) -> str | Path:
@@ -132,9 +139,19 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     dsn = section.get("lineage_dsn")
     if dsn is not None and not (isinstance(dsn, str) and dsn.startswith(("postgresql://", "postgres://"))):
         raise ConfigError(f"{path}: tombstone.lineage_dsn must be a postgresql:// DSN")
+    levels = section.get("levels", [lv.value for lv in Level])
+    known = [lv.value for lv in Level]
+    if not (isinstance(levels, list) and all(isinstance(lv, str) for lv in levels)):
+        raise ConfigError(f"{path}: tombstone.levels must be a list of level names ({', '.join(known)})")
+    unknown = [lv for lv in levels if lv not in known]
+    if unknown:
+        raise ConfigError(f"{path}: tombstone.levels names unknown level(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if Level.LOGICAL.value not in levels:
+        raise ConfigError(f"{path}: tombstone.levels must include \"logical\": nothing is verified without it")
     return Config(
         path=path,
         lineage_dsn=dsn,
+        levels=frozenset(Level(lv) for lv in levels),
         lineage_db=_resolve(root, section.get("lineage_db", "lineage.db"), "tombstone.lineage_db"),
         keys_dir=_resolve(root, section.get("keys_dir", "keys"), "tombstone.keys_dir"),
         receipts_dir=_resolve(root, section.get("receipts_dir", "receipts"), "tombstone.receipts_dir"),

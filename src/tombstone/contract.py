@@ -1,91 +1,77 @@
 """The adapter contract: what every backend implements, and how backends are found.
 
-An adapter serves one configured store. It declares its capabilities; the saga and the lattice read
-those declarations and never guess from which methods a class overrides. Built-in adapters register
-through the ``tombstone.adapters`` entry-point group exactly as a third-party package would::
+An adapter serves one configured store. It declares its capabilities; the saga, the verify stages and
+the lattice read those declarations and never guess from which methods a class overrides. Built-in
+adapters register through the ``tombstone.adapters`` entry-point group exactly as a third-party package
+would, naming in brackets the extra that installs their client (for the install hint)::
 
     [project.entry-points."tombstone.adapters"]
-    mystore = "my_package.adapter:MyStoreAdapter"
+    mystore = "my_package.adapter:MyStoreAdapter [mystore]"
+
+The core never names a backend: everything it does per backend — demo data, canary placement for
+``tombstone check``, reading survivors for the crash harness, mapping the vendor's exceptions — is a hook
+on :class:`Adapter` that the backend's own package implements.
 """
 
 from __future__ import annotations
 
 import abc
-import enum
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+import contextlib
+import difflib
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from tombstone.errors import AdapterError, AdapterNotFoundError, ConfigError, PhysicalUnsupportedError
-from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
+from tombstone.capabilities import Capability
+from tombstone.errors import (
+    AdapterError,
+    AdapterNotFoundError,
+    ConfigError,
+    PhysicalUnsupportedError,
+    StoreUnavailableError,
+    TombstoneError,
+)
+from tombstone.lineage.records import ArtifactRecord
+from tombstone.verify import physical
 from tombstone.verify.levels import Level
-from tombstone.verify.scanner import scan_files
+from tombstone.verify.physical import ExtraFinding
+from tombstone.verify.result import NotRun, ProbeResult
+
+if TYPE_CHECKING:
+    from tombstone.demo import DemoKit
 
 ENTRY_POINT_GROUP = "tombstone.adapters"
-MIN_NONZERO_FINGERPRINT_DIMS = 4
 DISTRIBUTION = "tombstone-rag"
-
-# Backends Tombstone ships, with the extra that installs their client, for a helpful hint when the
-# client is missing. A third-party adapter needs no entry here.
-KNOWN_BACKENDS: dict[str, str | None] = {
-    "docstore": None,
-    "chroma": "chroma",
-    "faiss": "faiss",
-    "qdrant": "qdrant",
-    "pgvector": "pgvector",
-    "pinecone": "pinecone",
-    "exact_cache": "caches",
-    "semantic_cache": None,
-}
+# The operations whose vendor exceptions the base class maps to StoreUnavailableError at one point.
+MAPPED_OPERATIONS = ("__init__", "suppress", "reclaim", "probe_logical", "probe_physical", "native_delete",
+                     "physical_files", "physical_extra")
 
 
-class Capability(str, enum.Enum):
-    """What an adapter can do; declared, never inferred."""
+def _mapped(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except TombstoneError:
+            raise
+        except Exception as exc:
+            if not isinstance(exc, self.vendor_errors()):
+                raise
+            raise self.map_vendor_error(exc) from exc
 
-    HIDE = "hide"
-    """Suppression hides the artifact while it is still stored (flag, exclusion set, column)."""
-    IMMEDIATE_DELETE = "immediate_delete"
-    """Suppression deletes at once (caches have no hide state)."""
-    RECLAIM = "reclaim"
-    """A physical reclaim recipe exists (rewrite, VACUUM, rebuild, ...)."""
-    LOGICAL_PROBE = "logical_probe"
-    """The store's query paths can be probed for the artifact."""
-    PHYSICAL_SCAN = "physical_scan"
-    """The store's persisted bytes can be read and scanned."""
-    MANAGED = "managed"
-    """A managed service: no access to persisted bytes at all."""
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """Outcome of one probe of one artifact at one level."""
-
-    level: Level
-    """Which level the probe checks."""
-    passed: bool
-    """True when the probe found nothing of the artifact."""
-    measurement: str | None = None
-    """What was found, when the probe failed."""
-    evidence: dict[str, Any] = field(default_factory=dict)
-    """Everything the probe did and saw, for the receipt."""
-    id_found: bool = False
-    """Physical probes: the artifact id's bytes were found."""
-    content_found: bool = False
-    """Physical probes: the artifact's content pattern was found."""
-
-    def __post_init__(self) -> None:
-        if not self.passed and not self.measurement:
-            raise ValueError("a failed probe must say what it found")
+    wrapper.__tombstone_mapped__ = True
+    return wrapper
 
 
 class Adapter(abc.ABC):
     """Base class of every backend adapter. One instance serves one configured store.
 
-    Subclasses set ``backend`` and ``capabilities`` and implement the abstract methods. Every
-    method takes the artifacts to act on; none may touch an artifact it was not given (survivors
-    are never deleted).
+    Subclasses set ``backend`` and ``capabilities`` and implement the abstract methods. Every method
+    takes the artifacts to act on; none may touch an artifact it was not given (survivors are never
+    deleted). Exceptions of the vendor's client (``vendor_errors()``) raised by any operation are turned
+    into StoreUnavailableError here, so only TombstoneErrors leave an adapter.
     """
 
     backend: ClassVar[str]
@@ -94,10 +80,33 @@ class Adapter(abc.ABC):
     """Declared capabilities; the lattice and the saga read them."""
     levels: ClassVar[tuple[Level, ...]] = (Level.LOGICAL, Level.PHYSICAL)
     """Levels this backend can be verified at, lowest first."""
+    demo_role: ClassVar[str | None] = None
+    """What ``tombstone demo`` builds in a store of this backend: ``documents``, ``chunks`` (cut from the
+    documents) or ``answers`` (LLM answers built from the chunks); None: the backend has no demo."""
+    demo_default: ClassVar[bool] = False
+    """Whether a plain ``tombstone demo`` builds this backend."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in MAPPED_OPERATIONS:
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "__tombstone_mapped__", False):
+                setattr(cls, name, _mapped(method))
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         self.store = store
         self.options = dict(options)
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """The exception types of the vendor's client (imported lazily); mapped to StoreUnavailableError."""
+        return ()
+
+    def map_vendor_error(self, exc: BaseException) -> TombstoneError:
+        """The TombstoneError a vendor exception becomes (override to mark some not retryable)."""
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return StoreUnavailableError(f"{self.backend}: {type(exc).__name__}: {first}".rstrip(": "), store=self.store)
 
     def require(self, *keys: str) -> None:
         """Raise one ConfigError line naming the options this backend needs, if any of ``keys`` is missing."""
@@ -107,6 +116,8 @@ class Adapter(abc.ABC):
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
+
+    # -- the erasure --------------------------------------------------------------------------
 
     @abc.abstractmethod
     def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
@@ -135,9 +146,16 @@ class Adapter(abc.ABC):
     def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
         """The store's own ordinary delete, with no reclaim. Used by controls in tests and checks."""
 
+    # -- the physical probe (tombstone.verify.physical) ---------------------------------------
+
     def physical_files(self) -> list[Path]:
         """Every file in which the store persists bytes. Raises PhysicalUnsupportedError if none can be read."""
         raise PhysicalUnsupportedError(f"{self.backend} has no readable files", store=self.store)
+
+    @contextlib.contextmanager
+    def physical_snapshot(self) -> Iterator[dict[Path, str]]:
+        """The files to scan, each with the label hits are reported under; valid inside the block."""
+        yield {Path(path): Path(path).name for path in self.physical_files()}
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         """Byte patterns whose presence means the artifact is still stored.
@@ -146,93 +164,119 @@ class Adapter(abc.ABC):
         with ``content`` (the fingerprint, in each encoding the store uses) are what byte-identical copies
         owned by other subjects would share, so their hits are attributed on the lineage graph.
         """
-        patterns = {"id": artifact.artifact_id.encode("utf-8")}
-        if self.fingerprint_scannable(artifact):
-            patterns["content"] = fingerprint_bytes(artifact.fingerprint)
-        return patterns
+        return physical.default_patterns(artifact)
 
-    @staticmethod
-    def fingerprint_scannable(artifact: ArtifactRecord) -> bool:
-        """Whether the fingerprint is distinctive enough to search for as bytes.
+    fingerprint_scannable = staticmethod(physical.fingerprint_scannable)
 
-        A fingerprint that is mostly zeros (sparse embeddings of short texts) matches every run of zero
-        bytes in a file; it is left out, and the id alone decides. Never the other way round: leaving a
-        pattern out can only lose a RESIDUAL that the id would still catch.
-        """
-        fp = artifact.fingerprint
-        return fp is not None and sum(1 for x in fp if x != 0.0) >= MIN_NONZERO_FINGERPRINT_DIMS
+    def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
+        """What the store keeps of the artifacts where a byte scan cannot see (e.g. planner statistics)."""
+        return {}
 
     def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
-        """Byte-scan every persisted file once for all patterns of all artifacts.
+        """Byte-scan every persisted file once for all patterns of all artifacts (``verify.physical``).
 
         Raises PhysicalUnsupportedError when the backend cannot be checked; never reports absence it
         did not observe.
         """
-        if not self.has(Capability.PHYSICAL_SCAN):
-            raise PhysicalUnsupportedError(
-                f"{self.backend} offers no access to its persisted bytes", store=self.store
-            )
-        files = self.physical_files()
-        per_artifact = {art.artifact_id: self.physical_patterns(art) for art in artifacts}
-        patterns = {f"{kind}\x00{aid}": pattern for aid, pats in per_artifact.items() for kind, pattern in pats.items()}
-        report = scan_files(files, patterns)
-        results = {}
-        for art in artifacts:
-            kinds = per_artifact[art.artifact_id]
-            id_hits = [
-                hit for kind in kinds if kind.startswith("id") for hit in report.found(f"{kind}\x00{art.artifact_id}")
-            ]
-            content_hits = [
-                hit for kind in kinds if kind.startswith("content") for hit in report.found(f"{kind}\x00{art.artifact_id}")
-            ]
-            found = []
-            if id_hits:
-                found.append(f"id found {len(id_hits)}x in {_names(id_hits)}")
-            if content_hits:
-                found.append(f"content found {len(content_hits)}x in {_names(content_hits)}")
-            results[art.artifact_id] = ProbeResult(
-                level=Level.PHYSICAL,
-                passed=not found,
-                measurement="; ".join(found) or None,
-                evidence={
-                    "files_scanned": [Path(f).name for f in report.files],
-                    "bytes_scanned": report.bytes_scanned,
-                    "patterns": sorted(kinds),
-                    "id_hits": len(id_hits),
-                    "content_hits": len(content_hits),
-                },
-                id_found=bool(id_hits),
-                content_found=bool(content_hits),
-            )
-        return results
+        return physical.probe(self, artifacts)
+
+    probe_physical = _mapped(probe_physical)
 
     def close(self) -> None:
         """Release connections and handles."""
 
+    # -- hooks for the demo, the CI gate and the crash harness --------------------------------
 
-def _names(hits) -> str:
-    return ", ".join(sorted({Path(h.file).name for h in hits}))
+    @classmethod
+    def demo_store(cls, kit: "DemoKit") -> dict[str, Any]:
+        """Options (with ``backend``) for a store of this backend under ``stores/<backend>/`` of a demo or
+        canary deployment; paths relative to the deployment root. May start a service (``kit.services``)."""
+        raise ConfigError(f"the {cls.backend} adapter has no demo store")
+
+    @classmethod
+    def demo_fill(cls, kit: "DemoKit", store: str, options: Mapping[str, Any], subjects: Sequence[str]) -> None:
+        """Write the subjects' demo data (``kit`` has their texts) through this backend's wrapper."""
+        raise ConfigError(f"the {cls.backend} adapter cannot build demo data")
+
+    @classmethod
+    def canary_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """A configured store's options pointed at a place of the canaries' own (a collection, table,
+        namespace or file beside the real one), for ``tombstone check --config``."""
+        raise ConfigError(f"the {cls.backend} adapter cannot place canaries beside a configured store")
+
+    @classmethod
+    def read_survivors(cls, options: Mapping[str, Any]) -> Any:
+        """Every live record of the store, read with the vendor's client rather than the adapter, in a
+        form that compares equal when the stores hold the same records (the crash harness)."""
+        raise NotImplementedError(f"the {cls.backend} adapter cannot read survivors")
+
+    @classmethod
+    def survivors_equal(cls, a: Any, b: Any) -> bool:
+        """Whether two ``read_survivors`` results describe the same records."""
+        return a == b
+
+    @classmethod
+    def after_copy(cls, options: Mapping[str, Any]) -> None:
+        """Make a store usable after its deployment folder was copied (ownership, stale pid files)."""
+
+    @classmethod
+    def release(cls, options: Mapping[str, Any]) -> None:
+        """Stop what this process started to serve the store (an embedded server), if anything."""
+
+
+# -- the registry ---------------------------------------------------------------------------------
+
+
+def _entry_points() -> list[EntryPoint]:
+    return list(entry_points(group=ENTRY_POINT_GROUP))
+
+
+def install_hint(backend: str) -> str:
+    """How to install a backend's client, from the extra its entry point names (empty if none)."""
+    for ep in _entry_points():
+        if ep.name == backend and ep.extras:
+            dist = ep.dist.name if ep.dist is not None else DISTRIBUTION
+            return f"pip install '{dist}[{','.join(ep.extras)}]'"
+    return ""
 
 
 def adapter_class(backend: str) -> type[Adapter]:
     """Load the adapter class registered for ``backend`` in the entry-point group."""
-    matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == backend]
-    extra = KNOWN_BACKENDS.get(backend)
-    hint = f"; install it with: pip install '{DISTRIBUTION}[{extra}]'" if extra else ""
+    matches = [ep for ep in _entry_points() if ep.name == backend]
     if not matches:
-        raise AdapterNotFoundError(f"no adapter installed for backend {backend!r}{hint}")
+        close = difflib.get_close_matches(backend, available_backends(), n=1)
+        suggestion = f"; did you mean {close[0]!r}?" if close else ""
+        raise AdapterNotFoundError(f"no adapter installed for backend {backend!r}{suggestion}")
     try:
         cls = matches[0].load()
     except ImportError as exc:
-        raise AdapterNotFoundError(f"the {backend!r} adapter cannot be imported ({exc}){hint}") from exc
+        hint = install_hint(backend)
+        raise AdapterNotFoundError(f"the {backend!r} adapter cannot be imported ({exc})"
+                                   f"{'; install it with: ' + hint if hint else ''}") from exc
     if not (isinstance(cls, type) and issubclass(cls, Adapter)):
         raise AdapterError(f"entry point {backend!r} does not name an Adapter subclass")
     return cls
 
 
 def available_backends() -> list[str]:
-    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    """Every backend name registered in the entry-point group (installed or not importable)."""
+    return sorted({ep.name for ep in _entry_points()})
+
+
+def loadable_adapters() -> dict[str, type[Adapter] | AdapterNotFoundError]:
+    """Every registered backend: its class, or why it cannot be loaded (with the install hint)."""
+    out: dict[str, type[Adapter] | AdapterNotFoundError] = {}
+    for name in available_backends():
+        try:
+            out[name] = adapter_class(name)
+        except AdapterError as exc:
+            out[name] = AdapterNotFoundError(str(exc))
+    return out
 
 
 def open_adapter(store: str, backend: str, options: Mapping[str, Any]) -> Adapter:
     return adapter_class(backend)(store, options)
+
+
+__all__ = ["Adapter", "Capability", "DISTRIBUTION", "ENTRY_POINT_GROUP", "ExtraFinding", "NotRun", "ProbeResult",
+           "adapter_class", "available_backends", "install_hint", "loadable_adapters", "open_adapter"]

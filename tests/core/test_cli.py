@@ -222,8 +222,11 @@ def test_unknown_backend_is_a_clear_error(monkeypatch):
 
     with pytest.raises(AdapterNotFoundError, match="no adapter installed"):
         contract.adapter_class("nosuch")
-    # an adapter whose client library is missing fails to import: the error names the extra
-    broken = EntryPoint(name="pinecone", value="tombstone_adapters.not_installed:Adapter", group=contract.ENTRY_POINT_GROUP)
+    with pytest.raises(AdapterNotFoundError, match="did you mean 'docstore'"):
+        contract.adapter_class("docstor")
+    # an adapter whose client library is missing fails to import: the error names the extra its entry point declares
+    broken = EntryPoint(name="pinecone", value="tombstone_adapters.not_installed:Adapter [pinecone]",
+                        group=contract.ENTRY_POINT_GROUP)
     monkeypatch.setattr(contract, "entry_points", lambda group: [broken])
     with pytest.raises(AdapterNotFoundError, match=r"pip install 'tombstone-rag\[pinecone\]'"):
         contract.adapter_class("pinecone")

@@ -2,16 +2,42 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tombstone.errors import NotSuppressedError, ScopeViolationError
 from tombstone.verify.levels import RULES, Findings, Level, Status, StatusKind, decide
+from tombstone.verify.result import NotRun, ProbeResult
 
-CLEAN = Findings(artifact_id="a1", suppressed=True, logical_passed=True, physical_passed=True)
+
+def outcome(level: Level, passed: bool | None, measurement: str | None = None, unsupported: str | None = None):
+    """A probe outcome: passed True/False (ran), or None / unsupported (did not run)."""
+    if unsupported or passed is None:
+        return NotRun(level, unsupported or "not run", unsupported=bool(unsupported))
+    return ProbeResult(level, passed, None if passed else (measurement or "found"))
+
+
+def F(artifact_id="a1", *, logical_passed=True, logical_measurement=None, physical_passed=True,
+      physical_measurement=None, physical_unsupported=None, semantic_passed=None, semantic_residual=None,
+      model_passed=None, model_residual=None, **identity) -> Findings:
+    """Findings from one flag per level (the lattice reads the per-level outcomes built here)."""
+    probes = {
+        Level.LOGICAL: outcome(Level.LOGICAL, logical_passed, logical_measurement),
+        Level.PHYSICAL: outcome(Level.PHYSICAL, physical_passed, physical_measurement, physical_unsupported),
+        Level.SEMANTIC: outcome(Level.SEMANTIC, False if semantic_residual else semantic_passed, semantic_residual),
+        Level.MODEL: outcome(Level.MODEL, False if model_residual else model_passed, model_residual),
+    }
+    return Findings(artifact_id=artifact_id, probes=probes, **identity)
+
+
+CLEAN = {"suppressed": True}
+"""Every probe ran and passed (semantic and model did not run), suppression recorded."""
+
+
+def replace(base: dict, **change) -> Findings:
+    """Findings of ``base`` flags with some identity fields or per-level flags changed."""
+    return F(**{**base, **change})
 
 
 def test_rule_order_is_the_specs():
@@ -35,12 +61,12 @@ def test_rule_order_is_the_specs():
 
 def test_scope_violation_raises():
     with pytest.raises(ScopeViolationError):
-        decide(dataclasses.replace(CLEAN, scope_violation="subject B"))
+        decide(replace(CLEAN, scope_violation="subject B"))
 
 
 def test_not_suppressed_raises():
     with pytest.raises(NotSuppressedError):
-        decide(dataclasses.replace(CLEAN, suppressed=False))
+        decide(replace(CLEAN, suppressed=False))
 
 
 @pytest.mark.parametrize(
@@ -52,7 +78,7 @@ def test_not_suppressed_raises():
         ({"third_party": "acme export"}, StatusKind.NEEDS_HUMAN, None, "third party: acme export"),
         ({"logical_passed": False, "logical_measurement": "get"}, StatusKind.RESIDUAL, Level.LOGICAL, "get"),
         ({"physical_unsupported": "managed"}, StatusKind.UNVERIFIED, None, "physical: managed"),
-        ({"physical_passed": None}, StatusKind.UNVERIFIED, None, "physical: no physical probe ran"),
+        ({"physical_passed": None}, StatusKind.UNVERIFIED, None, "physical: not run"),
         ({"physical_passed": False, "physical_measurement": "id 2x"}, StatusKind.RESIDUAL, Level.PHYSICAL, "id 2x"),
         ({"duplicate_content": "1 survivor"}, StatusKind.UNVERIFIED, None, "duplicate content: 1 survivor"),
         ({"model_residual": "MIA auc 0.71"}, StatusKind.RESIDUAL, Level.MODEL, "MIA auc 0.71"),
@@ -60,10 +86,12 @@ def test_not_suppressed_raises():
         ({"logical_passed": None}, StatusKind.UNVERIFIED, None, "logical probe did not run"),
         ({}, StatusKind.VERIFIED, Level.PHYSICAL, None),
         ({"model_passed": True}, StatusKind.VERIFIED, Level.MODEL, None),
+        ({"semantic_passed": True}, StatusKind.VERIFIED, Level.SEMANTIC, None),
+        ({"semantic_passed": True, "model_passed": True}, StatusKind.VERIFIED, Level.MODEL, None),
     ],
 )
 def test_each_rule(change, kind, level, text):
-    status = decide(dataclasses.replace(CLEAN, **change))
+    status = decide(replace(CLEAN, **change))
     assert status.kind is kind
     assert status.level is level
     if text:
@@ -72,13 +100,13 @@ def test_each_rule(change, kind, level, text):
 
 def test_physical_unsupported_is_never_verified_by_omission():
     """Rule 5 before rule 6 and 9: a store that cannot be checked is UNVERIFIED even if nothing else failed."""
-    status = decide(dataclasses.replace(CLEAN, physical_passed=None, physical_unsupported="managed"))
+    status = decide(replace(CLEAN, physical_passed=None, physical_unsupported="managed"))
     assert status.kind is StatusKind.UNVERIFIED
 
 
 def test_order_matters_first_match_wins():
     """An artifact matching several rules gets the earliest one's status."""
-    everything = dataclasses.replace(
+    everything = dict(
         CLEAN,
         dlq_error="down",
         third_party="acme",
@@ -87,15 +115,15 @@ def test_order_matters_first_match_wins():
         physical_passed=False,
         physical_measurement="id",
     )
-    assert decide(everything).rule == "dlq"
-    assert decide(dataclasses.replace(everything, dlq_error=None)).rule == "third_party"
-    assert decide(dataclasses.replace(everything, dlq_error=None, third_party=None)).rule == "logical_fail"
-    both_physical = dataclasses.replace(CLEAN, physical_unsupported="managed", physical_passed=False, physical_measurement="x")
+    assert decide(F(**everything)).rule == "dlq"
+    assert decide(replace(everything, dlq_error=None)).rule == "third_party"
+    assert decide(replace(everything, dlq_error=None, third_party=None)).rule == "logical_fail"
+    both_physical = replace(CLEAN, physical_unsupported="managed", physical_passed=False, physical_measurement="x")
     assert decide(both_physical).rule == "physical_unsupported"
 
 
 _findings = st.builds(
-    Findings,
+    F,
     artifact_id=st.just("a"),
     suppressed=st.just(True),
     dlq_error=st.one_of(st.none(), st.just("e")),
@@ -108,6 +136,7 @@ _findings = st.builds(
     duplicate_content=st.one_of(st.none(), st.just("d")),
     model_passed=st.one_of(st.none(), st.booleans()),
     model_residual=st.one_of(st.none(), st.just("r")),
+    semantic_passed=st.one_of(st.none(), st.booleans()),
     semantic_residual=st.one_of(st.none(), st.just("s")),
 )
 
@@ -119,8 +148,12 @@ def test_decide_is_the_first_matching_rule(findings):
     assert status.rule == first.name
     if status.kind is StatusKind.VERIFIED:
         # nothing on the way down matched: every probe ran and passed
-        assert findings.logical_passed is True and findings.physical_passed is True
-        assert findings.physical_unsupported is None and findings.dlq_error is None
+        assert findings.ran(Level.LOGICAL) and findings.probes[Level.LOGICAL].passed
+        assert findings.ran(Level.PHYSICAL) and findings.probes[Level.PHYSICAL].passed
+        assert findings.dlq_error is None
+        # no level that ran found anything, and the level is the highest one that ran and passed
+        assert not any(findings.failed(lv) for lv in Level)
+        assert status.level is max((lv for lv in Level if findings.ran(lv)), key=lambda lv: lv.rank)
 
 
 def test_status_invariants():

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tombstone.errors import StoreUnavailableError
-from tombstone.verify import physical
+from tombstone.verify import scanner
 from tombstone.verify.scanner import scan_files
 
 
@@ -26,7 +26,7 @@ def naive(data: bytes, pattern: bytes) -> list[int]:
     chunk=st.integers(min_value=1, max_value=64),
 )
 def test_matches_naive_search_across_chunk_boundaries(tmp_path, monkeypatch, data, patterns, chunk):
-    monkeypatch.setattr(physical, "CHUNK_SIZE", chunk)
+    monkeypatch.setattr(scanner, "CHUNK_SIZE", chunk)
     path = tmp_path / "f.bin"
     path.write_bytes(data)
     keyed = {f"p{i}": p for i, p in enumerate(patterns)}

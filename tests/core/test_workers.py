@@ -3,6 +3,7 @@ unless TOMBSTONE_TEST_PG_DSN is set), procrastinate's queue in it, worker proces
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from tombstone import Tombstone, demo, init_deployment
+from tombstone import Tombstone, demo, init_deployment, workers
 from tombstone.audit import check_chain
 from tombstone.keys import PUBLIC_KEY, load_public_key
 from tombstone.receipt import load_receipt, verify
@@ -220,6 +221,83 @@ def test_workers_share_the_queue_and_a_killed_workers_saga_is_finished_by_anothe
     # Erased subjects are gone from both stores; the others' rows are byte-for-byte what they were.
     assert survivors(config, erased) == {"docs": [], "pg": []}
     assert survivors(config, kept) == kept_before
+
+
+async def stalled_job(app, dsn: str) -> tuple[int, int]:
+    """Queue a job and hand it to a worker whose last heartbeat is an hour old, as if it was killed mid-job.
+    Returns the job's id and the dead worker's."""
+    await app.tasks[workers.TASK].defer_async(saga_id="saga-1")
+    dead = await app.job_manager.register_worker()
+    job = await app.job_manager.fetch_job(queues=[workers.QUEUE], worker_id=dead)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE procrastinate_workers SET last_heartbeat = now() - interval '1 hour' WHERE id = %s",
+                     (dead,))
+    return job.id, dead
+
+
+def overtaken(app, other) -> None:
+    """The next sweep lists the stalled jobs, then ``other`` (another worker) has its turn before the sweep
+    puts any of them back: the race between two sweepers, without timing."""
+    listed = app.job_manager.get_stalled_jobs
+
+    async def list_then_yield(**kwargs):
+        stalled = list(await listed(**kwargs))
+        app.job_manager.get_stalled_jobs = listed
+        await other()
+        return stalled
+
+    app.job_manager.get_stalled_jobs = list_then_yield
+
+
+def job_row(dsn: str, job_id: int) -> tuple:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT status::text, attempts, worker_id FROM procrastinate_jobs WHERE id = %s",
+                            (job_id,)).fetchone()
+
+
+def test_two_sweeps_of_one_stalled_job_queue_it_once(lineage_dsn):
+    """Two workers both find the dead worker's job stalled; the one that comes second finds it already
+    queued again, and goes on sweeping (it used to die on procrastinate's retry error)."""
+    workers.ensure_queue(lineage_dsn)
+    app = workers.make_app(lineage_dsn, lease=2)
+    swept = []
+
+    async def scenario() -> tuple[int, int]:
+        async with app.open_async():
+            job_id, _ = await stalled_job(app, lineage_dsn)
+
+            async def other_sweeps():
+                swept.append(await workers._sweep(app, 2))
+
+            overtaken(app, other_sweeps)
+            return job_id, await workers._sweep(app, 2)
+
+    job_id, late = asyncio.run(scenario())
+    assert swept == [1] and late == 0
+    assert job_row(lineage_dsn, job_id)[:2] == ("todo", 1)  # queued again once
+
+
+def test_a_late_sweep_leaves_alone_a_job_another_worker_took(lineage_dsn):
+    """The stalled job is queued again by one sweeper and taken by a live worker before a slower sweeper
+    gets to it: that sweeper must not put the live worker's job back on the queue."""
+    workers.ensure_queue(lineage_dsn)
+    app = workers.make_app(lineage_dsn, lease=2)
+
+    async def scenario() -> tuple[int, int, int]:
+        async with app.open_async():
+            job_id, _ = await stalled_job(app, lineage_dsn)
+            live = await app.job_manager.register_worker()
+
+            async def other_sweeps_and_live_takes():
+                assert await workers._sweep(app, 2) == 1
+                assert (await app.job_manager.fetch_job(queues=[workers.QUEUE], worker_id=live)).id == job_id
+
+            overtaken(app, other_sweeps_and_live_takes)
+            return job_id, live, await workers._sweep(app, 2)
+
+    job_id, live, late = asyncio.run(scenario())
+    assert late == 0
+    assert job_row(lineage_dsn, job_id) == ("doing", 1, live)
 
 
 def test_unreachable_lineage_server_is_one_line_and_exit_2(tmp_path):

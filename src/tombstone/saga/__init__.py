@@ -1,5 +1,6 @@
 """Erasure sagas: journaled, idempotent steps from suppression to the signed receipt."""
 
-from tombstone.saga.engine import ALWAYS_OUT_OF_SCOPE, STEPS, Saga
+from tombstone.saga.context import RetryPolicy, SagaContext
+from tombstone.saga.engine import STEPS, Saga, run_batch, run_step
 
-__all__ = ["ALWAYS_OUT_OF_SCOPE", "STEPS", "Saga"]
+__all__ = ["RetryPolicy", "STEPS", "Saga", "SagaContext", "run_batch", "run_step"]

@@ -1,75 +1,52 @@
 """The erasure saga: suppress → reclaim → verify → receipt, each step journaled.
 
-Every step is keyed (step, store) in the journal, written ``begin`` before it acts and ``end``
-with its result after. A step whose ``end`` is journaled is never run again; one that began but
-did not end is run again from the start, so every step must be idempotent. That is what lets
-``tombstone resume`` pick up a saga killed at any point.
+Every step is keyed (step, store) in the journal, written ``begin`` before it acts and ``end`` with its
+result after. A step whose ``end`` is journaled is never run again; one that began but did not end is run
+again from the start, so every step must be idempotent. That is what lets ``tombstone resume`` pick up a
+saga killed at any point. A batch of sagas goes through the same step function: each store's step runs
+once for all of them and each saga journals its own share, so a batch killed midway resumes saga by saga.
+
+The saga sees the deployment only through a :class:`SagaContext` (lineage, adapters, clock, retries,
+signer); verification is the pipeline of ``tombstone.verify.runner``.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tombstone.clock import iso
 from tombstone.errors import (
     AdapterNotFoundError,
     ConfigError,
+    DeadLetterError,
     PhysicalUnsupportedError,
-    ScopeViolationError,
     ReclaimUnavailableError,
     SagaError,
+    ScopeViolationError,
     TombstoneError,
     UnknownSubjectError,
 )
-from tombstone.lineage.db import THIRD_PARTY_STORE, ArtifactRecord
-from tombstone.contract import Capability
-from tombstone.clock import iso
+from tombstone.capabilities import Capability
 from tombstone.faults import kill_point
 from tombstone.fsutil import write_atomic
+from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
+from tombstone.receipt import canonical_bytes, sign
+from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
+from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
-from tombstone.keys import load_private_key
-from tombstone.receipt import RECEIPT_KIND, SCHEMA_VERSION, canonical_bytes, sign
-from tombstone.verify.levels import Findings, Status, StatusKind, decide
-
-if TYPE_CHECKING:
-    from tombstone.api import Tombstone
+from tombstone.verify import runner
+from tombstone.verify.levels import StatusKind, decide
 
 STEPS = ("suppress", "reclaim", "verify", "receipt")
-
-ALWAYS_OUT_OF_SCOPE = (
-    ("backups", "backups and snapshots taken outside the configured store files are not probed"),
-    ("write-ahead logs and archives", "WAL segments shipped or archived outside the store files are not probed"),
-    ("replicas", "replicas and mirrors of the stores are not probed"),
-    ("provider logs", "logs kept by hosting providers and API gateways cannot be reached"),
-    ("copies outside the wrappers", "data copied by code that did not go through a Tombstone wrapper has no lineage"),
-)
+STORE_STEPS = ("suppress", "reclaim", "verify")
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How the saga retries a store error marked retryable: exponential backoff, bounded."""
-
-    attempts: int = 4
-    """Tries in all, the first included; after the last the artifacts go to the dead-letter list."""
-    base_seconds: float = 0.5
-    """The first wait; each further wait doubles."""
-    cap_seconds: float = 8.0
-    """No single wait is longer."""
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1 or self.base_seconds < 0 or self.cap_seconds < 0:
-            raise ValueError("attempts >= 1 and non-negative waits")
-
-
-class DeadLetter(Exception):
-    """A store operation failed past its retry budget (or with an error retrying cannot help)."""
-
-    def __init__(self, error: str, attempts: int) -> None:
-        super().__init__(error)
-        self.error, self.attempts = error, attempts
+def _context(owner: Any) -> SagaContext:
+    """A SagaContext, or the context of an object that holds one (an open ``Tombstone``)."""
+    return owner if isinstance(owner, SagaContext) else owner.context
 
 
 def _group(artifacts: list[ArtifactRecord]) -> dict[str, list[ArtifactRecord]]:
@@ -82,29 +59,32 @@ def _group(artifacts: list[ArtifactRecord]) -> dict[str, list[ArtifactRecord]]:
 class Saga:
     """One subject's erasure. Create with :meth:`start` or :meth:`resume`, then :meth:`run`."""
 
-    def __init__(self, tomb: "Tombstone", saga_id: str, subject: str, out_path: str | None,
+    def __init__(self, ctx: SagaContext, saga_id: str, subject: str, out_path: str | None,
                  lock: SubjectLock | None = None) -> None:
+        self.ctx = ctx
         self.lock = lock
         self.progress: Callable[[str, str, int, int], None] | None = None
         """Called as ``progress(step, store, done, total)`` after each step, for a progress display."""
-        self.tomb = tomb
-        self.lineage = tomb.lineage
+        self.lineage = ctx.lineage
         self.saga_id = saga_id
         self.subject = subject
         self.out_path = out_path
+        self.scope: dict[tuple[str, str], str] = {}
 
     @classmethod
-    def start(cls, tomb: "Tombstone", subject: str, out_path: str | None = None,
+    def start(cls, owner: Any, subject: str, out_path: str | None = None,
               artifacts: list[tuple[str, str]] | None = None, wait: float = 0.0) -> "Saga":
         """Start an erasure, or continue the unfinished one for the same subject.
 
-        ``artifacts`` limits the erasure to some (store, id) pairs of the subject's lineage graph; asking
-        for anything outside it — another subject's artifact — raises ScopeViolationError.
+        ``owner`` is a SagaContext or an open Tombstone. ``artifacts`` limits the erasure to some
+        (store, id) pairs of the subject's lineage graph; asking for anything outside it — another
+        subject's artifact — raises ScopeViolationError.
         """
+        ctx = _context(owner)
         if not subject or not subject.strip():
             raise UnknownSubjectError("subject reference is empty")
-        key = tomb.lineage.subject_key(subject)
-        scope = tomb.lineage.closure(key)
+        key = ctx.lineage.subject_key(subject)
+        scope = ctx.lineage.closure(key)
         if not scope:
             raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it",
                                       subject=subject)
@@ -119,24 +99,24 @@ class Saga:
             scope = [known[tuple(pair)] for pair in artifacts]
         # One saga per subject at a time: taken before looking for a running saga, so two processes
         # never both continue (or both create) one. Held until the saga ends or the process dies.
-        lock = SubjectLock(tomb.lineage, key)
+        lock = SubjectLock(ctx.lineage, key)
         lock.acquire(subject=subject, wait=wait)
         try:
-            return cls._start_locked(tomb, subject, key, scope, out_path, lock)
+            return cls._start_locked(ctx, subject, key, scope, out_path, lock)
         except BaseException:
             lock.release()
             raise
 
     @classmethod
-    def _start_locked(cls, tomb, subject, key, scope, out_path, lock) -> "Saga":
-        running = tomb.lineage.running_saga(key)
+    def _start_locked(cls, ctx: SagaContext, subject, key, scope, out_path, lock) -> "Saga":
+        running = ctx.lineage.running_saga(key)
         if running is not None:
-            return cls(tomb, running["saga_id"], subject, out_path or running["out_path"], lock)
+            return cls(ctx, running["saga_id"], subject, out_path or running["out_path"], lock)
         # Preflight: a store that cannot even be opened stops a new saga before anything changes.
         # A store with no adapter does not: that artifact is reported UNVERIFIED(no adapter).
         for store in sorted({a.store for a, _ in scope} - {THIRD_PARTY_STORE}):
             try:
-                tomb.adapter(store)
+                ctx.adapter(store)
             except (AdapterNotFoundError, ConfigError):
                 continue
         saga_id = str(uuid.uuid4())
@@ -144,39 +124,26 @@ class Saga:
         # the saga's life, so a resume works on exactly what a clean run would have, even if the app
         # wrote more in between, and no crash can leave a saga without its plan.
         kill_point("saga:create:before")
-        tomb.lineage.create_saga(saga_id, subject, out_path,
-                                 plan={"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
+        ctx.lineage.create_saga(saga_id, subject, out_path,
+                                plan={"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
         kill_point("saga:create:done")
-        return cls(tomb, saga_id, subject, out_path, lock)
+        return cls(ctx, saga_id, subject, out_path, lock)
 
     @classmethod
-    def resume(cls, tomb: "Tombstone", saga_id: str, wait: float = 0.0) -> "Saga":
-        saga = tomb.lineage.saga(saga_id)
+    def resume(cls, owner: Any, saga_id: str, wait: float = 0.0) -> "Saga":
+        ctx = _context(owner)
+        saga = ctx.lineage.saga(saga_id)
         if saga is None:
             raise SagaError(f"no saga {saga_id!r}")
-        lock = SubjectLock(tomb.lineage, saga["subject_key"])
+        lock = SubjectLock(ctx.lineage, saga["subject_key"])
         lock.acquire(subject=saga["subject"], wait=wait)
-        saga = tomb.lineage.saga(saga_id)  # re-read under the lock: another process may have finished it
+        saga = ctx.lineage.saga(saga_id)  # re-read under the lock: another process may have finished it
         if saga["state"] != "running":
             lock.release()
             raise SagaError(f"saga {saga_id} already finished")
-        return cls(tomb, saga_id, saga["subject"], saga["out_path"], lock)
+        return cls(ctx, saga_id, saga["subject"], saga["out_path"], lock)
 
     # -- driver -------------------------------------------------------------------------------
-
-    def _step(self, step: str, target: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        done = self.lineage.step_result(self.saga_id, step, target)
-        if done is not None:
-            return done
-        point = f"saga:{step}:{target or '-'}"
-        kill_point(f"{point}:before")
-        self.lineage.journal(self.saga_id, step, target, "begin")
-        kill_point(f"{point}:acting")
-        result = action()
-        kill_point(f"{point}:acted")
-        self.lineage.journal(self.saga_id, step, target, "end", result)
-        kill_point(f"{point}:done")
-        return result
 
     def _plan(self) -> list[ArtifactRecord]:
         plan = self.lineage.step_result(self.saga_id, "plan")
@@ -193,30 +160,12 @@ class Saga:
 
     def run(self) -> dict[str, Any]:
         """Run every step not yet done; return the signed receipt. Releases the subject's lock."""
-        try:
-            return self._run()
-        finally:
-            if self.lock is not None:
-                self.lock.release()
-
-    def _run(self) -> dict[str, Any]:
-        groups = _group(self._plan())
-        total, done = 3 * len(groups) + 1, 0
-        for step, action in (("suppress", self._suppress), ("reclaim", self._reclaim), ("verify", self._verify)):
-            for store, arts in groups.items():
-                self._step(step, store, lambda: action(store, arts))
-                done += 1
-                if self.progress:
-                    self.progress(step, store, done, total)
-        receipt = self._receipt(groups)
-        if self.progress:
-            self.progress("receipt", "", total, total)
-        return receipt
+        return run_batch([self])[0][0]
 
     def _retrying(self, store: str, step: str, count: int, action: Callable[[], Any]) -> Any:
         """Run a store operation; back off and retry errors marked retryable; past the budget, or on an
-        error retrying cannot help, record a dead letter and raise DeadLetter."""
-        policy: RetryPolicy = self.tomb.retry
+        error retrying cannot help, record a dead letter and raise DeadLetterError."""
+        policy: RetryPolicy = self.ctx.retry
         attempt = 0
         while True:
             attempt += 1
@@ -224,38 +173,35 @@ class Saga:
                 return action()
             except (AdapterNotFoundError, ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError):
                 raise  # not failures of the store: each has its own status
+            except DeadLetterError:
+                raise
             except TombstoneError as exc:
                 if exc.retryable and attempt < policy.attempts:
-                    self.tomb.sleep(min(policy.cap_seconds, policy.base_seconds * 2 ** (attempt - 1)))
+                    self.ctx.sleep(policy.wait(attempt))
                     continue
                 self.lineage.add_dead_letter(self.saga_id, store, step, count, str(exc), attempt)
-                raise DeadLetter(str(exc), attempt) from exc
+                raise DeadLetterError(str(exc), attempt, store=store) from exc
 
-    # -- steps --------------------------------------------------------------------------------
+    # -- steps (each acts on one store, for every artifact of every saga in the batch) -----------
 
     def _suppress(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
-        # The durable record comes first: nothing may receive a status without one, and a crash
-        # between the record and the store's hide is repaired by re-running this (idempotent) step.
-        self.lineage.record_suppressions(self.saga_id, arts)
         if store == THIRD_PARTY_STORE:
             return {"evidence": {"mechanism": "none: the copy is outside every store; a person must follow it up"}}
         try:
-            evidence = self._retrying(store, "suppress", len(arts), lambda: self.tomb.adapter(store).suppress(arts))
+            evidence = self._retrying(store, "suppress", len(arts), lambda: self.ctx.adapter(store).suppress(arts))
         except (AdapterNotFoundError, ConfigError) as exc:
             return {"no_adapter": str(exc)}
-        except DeadLetter as exc:
+        except DeadLetterError as exc:
             return {"error": exc.error, "dlq": True, "attempts": exc.attempts}
         self.lineage.set_state(arts, "suppressed")
         return {"evidence": evidence}
 
-    def _reclaim(self, store: str, arts: list[ArtifactRecord], suppressed: dict[str, Any] | None = None) -> dict[str, Any]:
-        if suppressed is None:
-            suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
+    def _reclaim(self, store: str, arts: list[ArtifactRecord], suppressed: dict[str, Any]) -> dict[str, Any]:
         if store == THIRD_PARTY_STORE:
             return {"skipped": "copies held by third parties cannot be reclaimed from here"}
         if "evidence" not in suppressed:
             return {"skipped": "suppression did not complete"}
-        adapter = self.tomb.adapter(store)
+        adapter = self.ctx.adapter(store)
         if not adapter.has(Capability.RECLAIM):
             return {"skipped": f"{adapter.backend} has no reclaim recipe"}
         # Evidence only (counts move; decisions rest on the id): how many live artifacts of other
@@ -265,56 +211,35 @@ class Saga:
             evidence = self._retrying(store, "reclaim", len(arts), lambda: adapter.reclaim(arts))
         except ReclaimUnavailableError as exc:
             return {"skipped": str(exc), "duplicates_before_reclaim": duplicates}
-        except DeadLetter as exc:
+        except DeadLetterError as exc:
             return {"error": exc.error, "dlq": True, "attempts": exc.attempts, "duplicates_before_reclaim": duplicates}
         self.lineage.set_state(arts, "reclaimed")
         return {"evidence": evidence, "duplicates_before_reclaim": duplicates}
 
-    def _verify(self, store: str, arts: list[ArtifactRecord], suppressed: dict[str, Any] | None = None,
-                reclaimed: dict[str, Any] | None = None) -> dict[str, Any]:
-        if suppressed is None:
-            suppressed = self.lineage.step_result(self.saga_id, "suppress", store) or {}
-        if reclaimed is None:
-            reclaimed = self.lineage.step_result(self.saga_id, "reclaim", store) or {}
+    def _verify(self, store: str, arts: list[ArtifactRecord], suppressed: dict[str, Any],
+                reclaimed: dict[str, Any]) -> dict[str, Any]:
         error = suppressed.get("error") or reclaimed.get("error")
         no_adapter = suppressed.get("no_adapter")
-        logical: dict[str, Any] = {}
-        physical: dict[str, Any] = {}
-        unsupported = None
-        if store == THIRD_PARTY_STORE:
-            pass  # nothing to probe: decided by the third-party rule
-        elif not (error or no_adapter):
+        verdicts: dict[str, runner.Verdict] = {}
+        if store != THIRD_PARTY_STORE and not (error or no_adapter):
+            verify_ctx = runner.VerifyContext(
+                call=lambda action: self._retrying(store, "verify", len(arts), action),
+                probe_vectors=self.lineage.probe_vectors,
+                live_sharing_content=self.lineage.live_sharing_content,
+                enabled=self.ctx.levels,
+            )
             try:
-                adapter = self.tomb.adapter(store)
-                vectors = self.lineage.probe_vectors(arts)
-                logical = self._retrying(store, "verify", len(arts), lambda: adapter.probe_logical(arts, vectors))
-                try:
-                    physical = self._retrying(store, "verify", len(arts), lambda: adapter.probe_physical(arts))
-                except PhysicalUnsupportedError as exc:
-                    unsupported = str(exc)
-            except DeadLetter as exc:
+                verdicts = runner.run(verify_ctx, self.ctx.adapter(store), arts)
+            except DeadLetterError as exc:
                 error = exc.error
+        why = error or no_adapter or "not run"
         decided: dict[str, Any] = {}
         verified = []
         for art in arts:
-            lp = logical.get(art.artifact_id)
-            pp = physical.get(art.artifact_id)
-            physical_passed = None
-            duplicate = None
-            if pp is not None:
-                physical_passed = pp.passed
-                sharing = self.lineage.live_sharing_content(art) if not pp.id_found else []
-                if sharing:
-                    # The id is gone, but a live artifact of another subject has the same content:
-                    # its bytes are that survivor's (no scan can tell identical bytes apart, and a
-                    # store may re-encode them), and the survivor must not be deleted. Decided on
-                    # the lineage graph, which a resume does not change.
-                    physical_passed = True
-                    duplicate = (f"{len(sharing)} live artifact(s) of other subjects hold the same content"
-                                 f"{' (bytes found)' if pp.content_found else ''}")
+            verdict = verdicts.get(art.artifact_id) or runner.Verdict(runner.not_run(why), runner.not_run(why))
             third = self.lineage.third_party(art.artifact_id) if store == THIRD_PARTY_STORE else None
-            findings = Findings(
-                artifact_id=art.artifact_id,
+            findings = verdict.findings_for(
+                art.artifact_id,
                 scope_violation=None if (art.store, art.artifact_id) in self.scope else "not in the saga's plan",
                 lineage_gap=self.lineage.lineage_gap(art),
                 third_party=(f"{third['recipient']} received a copy ({third['sent_at']})"
@@ -322,27 +247,18 @@ class Saga:
                 suppressed=self.lineage.is_suppressed(art.store, art.artifact_id),
                 dlq_error=error,
                 no_adapter=no_adapter,
-                logical_passed=lp.passed if lp else None,
-                logical_measurement=lp.measurement if lp else None,
-                physical_unsupported=unsupported,
-                physical_passed=physical_passed,
-                physical_measurement=pp.measurement if pp else None,
-                duplicate_content=duplicate,
             )
             status = decide(findings)
             if status.kind is StatusKind.VERIFIED:
                 verified.append(art)
-            decided[art.artifact_id] = {
-                "status": _status_json(status),
-                "probes": [
-                    _probe_json("logical", lp, None if lp else (error or no_adapter or "not run")),
-                    _probe_json("physical", pp, None if pp else (unsupported or error or no_adapter or "not run")),
-                ],
-            }
+            decided[art.artifact_id] = {"status": status_record(status),
+                                        "probes": runner.probe_records(verdict.reported)}
         self.lineage.set_state(arts, "decided")
         # Probe vectors are fragments' embeddings: kept only until they have served their purpose.
         self.lineage.purge_probes(verified)
         return {"artifacts": decided}
+
+    # -- receipt ------------------------------------------------------------------------------
 
     def _receipt(self, groups: dict[str, list[ArtifactRecord]]) -> dict[str, Any]:
         # The chain has one head at a time: other sagas (other processes, other workers) wait here
@@ -359,46 +275,15 @@ class Saga:
             rec = self.lineage.step_result(self.saga_id, "reclaim", store) or {}
             ver = (self.lineage.step_result(self.saga_id, "verify", store) or {}).get("artifacts", {})
             for art in arts:
-                decided = ver[art.artifact_id]
-                entries.append(
-                    {
-                        "artifact_id": art.artifact_id,
-                        "store": art.store,
-                        "backend": art.backend,
-                        "kind": art.kind,
-                        **decided["status"],
-                        "fingerprint": list(art.fingerprint) if art.fingerprint is not None else None,
-                        "inv_norm": art.inv_norm,
-                        "evidence": {
-                            "scope": self.scope.get((art.store, art.artifact_id), "owned"),
-                            "suppression": {"recorded": True, **sup},
-                            "reclaim": rec or None,
-                            "probes": decided["probes"],
-                        },
-                    }
-                )
-        summary = {kind.value: 0 for kind in StatusKind}
-        for entry in entries:
-            summary[entry["status"]] += 1
-        from tombstone import __version__
-
-        body = {
-            "schema_version": SCHEMA_VERSION,
-            "kind": RECEIPT_KIND,
-            "subject": self.subject,
-            "saga_id": self.saga_id,
-            "sequence": (head[0] if head else 0) + 1,
-            "started_at": saga["started_at"],
-            "finished_at": iso(self.tomb.clock()),
-            "tool": {"name": "tombstone-rag", "version": __version__},
-            "artifacts": entries,
-            "out_of_scope": [{"what": w, "status": "OUT_OF_SCOPE", "reason": r} for w, r in ALWAYS_OUT_OF_SCOPE],
-            "summary": summary,
-            "previous_receipt_hash": head[1] if head else None,
-        }
-        receipt = sign(body, load_private_key(self.tomb.config.keys_dir))
+                entries.append(artifact_entry(art, ver[art.artifact_id],
+                                              scope=self.scope.get((art.store, art.artifact_id), "owned"),
+                                              suppression=sup, reclaim=rec))
+        body = receipt_body(subject=self.subject, saga_id=self.saga_id, sequence=(head[0] if head else 0) + 1,
+                            started_at=saga["started_at"], finished_at=iso(self.ctx.clock()), entries=entries,
+                            previous_receipt_hash=head[1] if head else None)
+        receipt = sign(body, self.ctx.signer())
         data = canonical_bytes(receipt)
-        out = Path(self.out_path) if self.out_path else self.tomb.default_receipt_path(self.subject)
+        out = Path(self.out_path) if self.out_path else self.ctx.receipt_path(self.subject)
         # The file is written before the chain row: if the process dies in between, the saga is
         # still running and resume signs and writes a fresh receipt; the chain never names a
         # receipt that was not delivered.
@@ -416,77 +301,87 @@ class Saga:
         return receipt
 
 
-def _status_json(status: Status) -> dict[str, Any]:
-    return {
-        "status": status.kind.value,
-        "level": status.level.value if status.level else None,
-        "reason": status.reason,
-        "measurement": status.measurement,
-    }
+def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[list[Saga]], dict[str, Any]]) -> None:
+    """Run one journaled step for every saga that has not finished it, with one call of ``action``.
 
-
-def _probe_json(level: str, result: Any, not_run: str | None) -> dict[str, Any]:
-    if result is None:
-        return {"level": level, "ran": False, "passed": None, "measurement": None, "detail": {"why": not_run}}
-    return {
-        "level": level,
-        "ran": True,
-        "passed": result.passed,
-        "measurement": result.measurement,
-        "detail": result.evidence,
-    }
-
-
-def pretty(receipt: dict[str, Any]) -> bytes:
-    import json
-
-    return (json.dumps(receipt, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
-
-
+    ``action(pending)`` acts once for all pending sagas and returns ``{saga_id: result}``; each saga
+    journals ``begin`` before and its own ``end`` after. The kill points are the same whether one saga
+    or a batch runs the step.
+    """
+    pending = [s for s in sagas if s.lineage.step_result(s.saga_id, step, target) is None]
+    if not pending:
+        return
+    point = f"saga:{step}:{target or '-'}"
+    kill_point(f"{point}:before")
+    for s in pending:
+        s.lineage.journal(s.saga_id, step, target, "begin")
+    kill_point(f"{point}:acting")
+    results = action(pending)
+    kill_point(f"{point}:acted")
+    for s in pending:
+        s.lineage.journal(s.saga_id, step, target, "end", results[s.saga_id])
+    kill_point(f"{point}:done")
 
 
 def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
-    """Run many subjects' sagas with one pass per store and step: one suppress call, one reclaim (one
-    rewrite, one VACUUM) and one probe pass (one byte scan for all patterns) per store, for all of them.
+    """Run sagas with one pass per store and step: one suppress call, one reclaim (one rewrite, one
+    VACUUM) and one probe pass (one byte scan for all patterns) per store, for all of them.
 
-    Every saga still journals its own steps (with the shared result) and gets its own receipt, so a batch
-    killed midway resumes saga by saga with plain ``tombstone resume``.
+    Every saga still journals its own steps (with its share of the result) and gets its own receipt, so a
+    batch killed midway resumes saga by saga with plain ``tombstone resume``. Releases every subject lock.
     """
     try:
         plans = {s.saga_id: _group(s._plan()) for s in sagas}
         lead = sagas[0]
         lead.scope = {key: why for s in sagas for key, why in s.scope.items()}
         stores = sorted({store for groups in plans.values() for store in groups})
-        for step in ("suppress", "reclaim", "verify"):
+        total, done = len(STORE_STEPS) * len(stores) + 1, 0
+
+        def arts_of(pending: list[Saga], store: str) -> list[ArtifactRecord]:
+            return [a for s in pending for a in plans[s.saga_id][store]]
+
+        def previous(pending: list[Saga], step: str, store: str) -> dict[str, Any]:
+            return pending[0].lineage.step_result(pending[0].saga_id, step, store) or {}
+
+        def suppress(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
+            def act(pending: list[Saga]) -> dict[str, Any]:
+                # Each saga's durable suppression record comes first: nothing may receive a status without
+                # one, and a crash between the record and the store's hide is repaired by running this again.
+                for s in pending:
+                    s.lineage.record_suppressions(s.saga_id, plans[s.saga_id][store])
+                result = lead._suppress(store, arts_of(pending, store))
+                return {s.saga_id: result for s in pending}
+            return act
+
+        def reclaim(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
+            def act(pending: list[Saga]) -> dict[str, Any]:
+                result = lead._reclaim(store, arts_of(pending, store), previous(pending, "suppress", store))
+                extra = {"batch_subjects": len(pending)} if len(sagas) > 1 else {}
+                return {s.saga_id: {**result, **extra} for s in pending}
+            return act
+
+        def verify(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
+            def act(pending: list[Saga]) -> dict[str, Any]:
+                result = lead._verify(store, arts_of(pending, store), previous(pending, "suppress", store),
+                                      previous(pending, "reclaim", store))
+                return {s.saga_id: {"artifacts": {a.artifact_id: result["artifacts"][a.artifact_id]
+                                                  for a in plans[s.saga_id][store]}} for s in pending}
+            return act
+
+        for step, make in (("suppress", suppress), ("reclaim", reclaim), ("verify", verify)):
             for store in stores:
-                pending = [s for s in sagas
-                           if store in plans[s.saga_id] and s.lineage.step_result(s.saga_id, step, store) is None]
-                if not pending:
-                    continue
-                arts = [a for s in pending for a in plans[s.saga_id][store]]
-                for s in pending:
-                    s.lineage.journal(s.saga_id, step, store, "begin")
-                kill_point(f"batch:{step}:{store}:acting")
-                if step == "suppress":
-                    for s in pending:  # each saga's own durable record, before the store is touched
-                        s.lineage.record_suppressions(s.saga_id, plans[s.saga_id][store])
-                    result = lead._suppress(store, arts)
-                    shared = {s.saga_id: result for s in pending}
-                elif step == "reclaim":
-                    result = lead._reclaim(store, arts, suppressed=pending[0].lineage.step_result(pending[0].saga_id, "suppress", store) or {})
-                    shared = {s.saga_id: {**result, "batch_subjects": len(pending)} for s in pending}
-                else:
-                    first = pending[0]
-                    result = lead._verify(store, arts,
-                                          suppressed=first.lineage.step_result(first.saga_id, "suppress", store) or {},
-                                          reclaimed=first.lineage.step_result(first.saga_id, "reclaim", store) or {})
-                    shared = {s.saga_id: {"artifacts": {a.artifact_id: result["artifacts"][a.artifact_id]
-                                                        for a in plans[s.saga_id][store]}} for s in pending}
-                for s in pending:
-                    s.lineage.journal(s.saga_id, step, store, "end", shared[s.saga_id])
-        return [(s._receipt(plans[s.saga_id]), s.receipt_path) for s in sagas]
+                run_step([s for s in sagas if store in plans[s.saga_id]], step, store, make(store))
+                done += 1
+                if lead.progress:
+                    lead.progress(step, store, done, total)
+        receipts = [(s._receipt(plans[s.saga_id]), s.receipt_path) for s in sagas]
+        if lead.progress:
+            lead.progress("receipt", "", total, total)
+        return receipts
     finally:
         for s in sagas:
             if s.lock is not None:
                 s.lock.release()
 
+
+__all__ = ["ALWAYS_OUT_OF_SCOPE", "RetryPolicy", "STEPS", "Saga", "SagaContext", "run_batch", "run_step"]

@@ -11,20 +11,25 @@ considered, so it shows up UNVERIFIED and never VERIFIED by omission.
    lineage_gap           UNVERIFIED(lineage gap: ...)
 3. third_party           NEEDS_HUMAN(third party: ...)
 4. logical_fail          RESIDUAL(logical)
-5. physical_unsupported  UNVERIFIED(physical: why)      (also when no physical probe ran)
+5. physical_unsupported  UNVERIFIED(physical: why)      (whenever the physical probe did not run)
 6. physical_fail         RESIDUAL(physical)             (the artifact id, or content nobody else owns)
    duplicate_content     UNVERIFIED(duplicate content)  (id gone; remaining bytes belong to a live survivor)
 7. model_residual        RESIDUAL(model)
 8. semantic_residual     RESIDUAL(semantic)
    logical_not_run       UNVERIFIED(logical probe did not run)
 9. verified              VERIFIED(highest level whose probe ran and passed)
+
+A level that did not run (``NotRun`` in ``Findings.probes``) never makes anything VERIFIED: only the
+physical level's absence is a status of its own (rule 5); the semantic and model levels, when they did
+not run, simply do not raise the VERIFIED level above the highest one that did.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from tombstone.errors import NotSuppressedError, ScopeViolationError
 
@@ -93,11 +98,12 @@ class Status:
 
 @dataclass(frozen=True)
 class Findings:
-    """Everything the saga learned about one artifact; the only input of the lattice.
+    """Everything verification learned about one artifact; the only input of the lattice.
 
-    ``None`` for a probe outcome means the probe did not run. Decisions rest on things that are
-    stable across a crash and resume (an id's presence, the lineage graph); counts that move with a
-    background flush belong in the evidence, not here.
+    ``probes`` holds one outcome per level: a ``ProbeResult`` when the level's probe ran, a ``NotRun``
+    (with why) when it did not; a level absent from the mapping did not run either. Decisions rest on
+    things that are stable across a crash and resume (an id's presence, the lineage graph); counts that
+    move with a background flush belong in the evidence, not here.
     """
 
     artifact_id: str
@@ -114,24 +120,28 @@ class Findings:
     """What is missing, when the lineage graph around the artifact is incomplete."""
     third_party: str | None = None
     """Who received a copy, when the artifact left for a third party."""
-    logical_passed: bool | None = None
-    """True: no known query path returns the artifact. False: one still does."""
-    logical_measurement: str | None = None
-    """What returned the artifact, when the logical probe failed."""
-    physical_unsupported: str | None = None
-    """Why the persisted bytes cannot be inspected, when they cannot."""
-    physical_passed: bool | None = None
-    """True: neither id nor unowned content bytes remain. False: something remains."""
-    physical_measurement: str | None = None
-    """What the scan found, when the physical probe failed."""
     duplicate_content: str | None = None
     """Set when the id is gone but its content bytes belong to another live artifact."""
-    model_passed: bool | None = None
-    """Outcome of the model-level probe, for artifacts that reached model weights."""
-    model_residual: str | None = None
-    """Measurement, when the model probe separates the subject from held-out data."""
-    semantic_residual: str | None = None
-    """Measurement, when the neighbourhood drift is above the control's."""
+    probes: Mapping[Level, Any] = field(default_factory=dict)
+    """Level → ``ProbeResult`` or ``NotRun`` (``tombstone.verify.result``)."""
+
+    def ran(self, level: Level) -> bool:
+        outcome = self.probes.get(level)
+        return outcome is not None and outcome.ran
+
+    def failed(self, level: Level) -> bool:
+        """The level's probe ran and found something."""
+        return self.ran(level) and not self.probes[level].passed
+
+    def measurement(self, level: Level) -> str | None:
+        outcome = self.probes.get(level)
+        return outcome.measurement if outcome is not None and outcome.ran else None
+
+    def why_not_run(self, level: Level) -> str | None:
+        outcome = self.probes.get(level)
+        if outcome is None:
+            return f"no {level.value} probe ran"
+        return None if outcome.ran else outcome.why
 
 
 @dataclass(frozen=True)
@@ -152,16 +162,17 @@ def _raise_not_suppressed(f: Findings) -> Status:
 
 
 def _verified(f: Findings) -> Status:
-    passed = [Level.LOGICAL]
-    if f.physical_passed:
-        passed.append(Level.PHYSICAL)
-    if f.model_passed:
-        passed.append(Level.MODEL)
+    passed = [lv for lv in Level if f.ran(lv) and f.probes[lv].passed]
     return Status(StatusKind.VERIFIED, level=max(passed, key=lambda lv: lv.rank), rule="verified")
 
 
-def _physical_unsupported_reason(f: Findings) -> str:
-    return f"physical: {f.physical_unsupported or 'no physical probe ran'}"
+def _residual(name: str, level: Level, default: str) -> Rule:
+    """RESIDUAL(level) when the level's probe ran and found something."""
+    return Rule(
+        name,
+        lambda f: f.failed(level),
+        lambda f: Status(StatusKind.RESIDUAL, level=level, measurement=f.measurement(level) or default, rule=name),
+    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -187,33 +198,14 @@ RULES: tuple[Rule, ...] = (
         lambda f: f.third_party is not None,
         lambda f: Status(StatusKind.NEEDS_HUMAN, reason=f"third party: {f.third_party}", rule="third_party"),
     ),
-    Rule(
-        "logical_fail",
-        lambda f: f.logical_passed is False,
-        lambda f: Status(
-            StatusKind.RESIDUAL,
-            level=Level.LOGICAL,
-            measurement=f.logical_measurement or "still returned by a query path",
-            rule="logical_fail",
-        ),
-    ),
+    _residual("logical_fail", Level.LOGICAL, "still returned by a query path"),
     Rule(
         "physical_unsupported",
-        lambda f: f.physical_unsupported is not None or f.physical_passed is None,
-        lambda f: Status(
-            StatusKind.UNVERIFIED, reason=_physical_unsupported_reason(f), rule="physical_unsupported"
-        ),
+        lambda f: not f.ran(Level.PHYSICAL),
+        lambda f: Status(StatusKind.UNVERIFIED, reason=f"physical: {f.why_not_run(Level.PHYSICAL)}",
+                         rule="physical_unsupported"),
     ),
-    Rule(
-        "physical_fail",
-        lambda f: f.physical_passed is False,
-        lambda f: Status(
-            StatusKind.RESIDUAL,
-            level=Level.PHYSICAL,
-            measurement=f.physical_measurement or "bytes still in storage",
-            rule="physical_fail",
-        ),
-    ),
+    _residual("physical_fail", Level.PHYSICAL, "bytes still in storage"),
     Rule(
         "duplicate_content",
         lambda f: f.duplicate_content is not None,
@@ -223,29 +215,12 @@ RULES: tuple[Rule, ...] = (
             rule="duplicate_content",
         ),
     ),
-    Rule(
-        "model_residual",
-        lambda f: f.model_residual is not None,
-        lambda f: Status(
-            StatusKind.RESIDUAL, level=Level.MODEL, measurement=f.model_residual, rule="model_residual"
-        ),
-    ),
-    Rule(
-        "semantic_residual",
-        lambda f: f.semantic_residual is not None,
-        lambda f: Status(
-            StatusKind.RESIDUAL,
-            level=Level.SEMANTIC,
-            measurement=f.semantic_residual,
-            rule="semantic_residual",
-        ),
-    ),
+    _residual("model_residual", Level.MODEL, "the model still reproduces the artifact"),
+    _residual("semantic_residual", Level.SEMANTIC, "the neighbourhood still answers as if the artifact were there"),
     Rule(
         "logical_not_run",
-        lambda f: f.logical_passed is None,
-        lambda f: Status(
-            StatusKind.UNVERIFIED, reason="logical probe did not run", rule="logical_not_run"
-        ),
+        lambda f: not f.ran(Level.LOGICAL),
+        lambda f: Status(StatusKind.UNVERIFIED, reason="logical probe did not run", rule="logical_not_run"),
     ),
     Rule("verified", lambda f: True, _verified),
 )

@@ -1,10 +1,24 @@
-"""Shared pieces of the logical probe for vector stores: probe vectors and MMR."""
+"""The logical level: does any query path the store offers still return the artifact?
+
+The stage asks the adapter's ``probe_logical`` (every read path the wrapper knows, raw and wrapped),
+handing it the fragment probe vectors captured at write time when the verifier has them (the saga does;
+an independent auditor does not). The helpers below are shared by the vector stores' probes: the probe
+vector set, top-k and MMR over the same candidates.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from tombstone.capabilities import Capability
+from tombstone.lineage.records import ArtifactRecord
+from tombstone.verify.levels import Level
+
+if TYPE_CHECKING:
+    from tombstone.verify.runner import VerifyContext
 
 TOP_K = 40
 MMR_K = 10
@@ -77,3 +91,22 @@ def fit_dim(vector: np.ndarray, dim: int) -> np.ndarray:
     """Truncate or zero-pad a probe vector to the store's dimension."""
     v = np.asarray(vector, dtype=np.float32)
     return v[:dim] if len(v) >= dim else np.pad(v, (0, dim - len(v)))
+
+
+class LogicalStage:
+    """The logical level as a stage of the verification pipeline."""
+
+    level = Level.LOGICAL
+    capability = Capability.LOGICAL_PROBE
+
+    def unsupported(self, adapter: Any) -> str:
+        return f"{adapter.backend} declares no logical probe"
+
+    def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):
+        from tombstone.verify.runner import StageOutput
+
+        vectors = ctx.probe_vectors(artifacts) if ctx.probe_vectors is not None else None
+        return StageOutput(outcomes=dict(ctx.call(lambda: adapter.probe_logical(artifacts, vectors))))
+
+
+STAGE = LogicalStage()

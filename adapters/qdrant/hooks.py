@@ -1,0 +1,52 @@
+"""Qdrant local mode's demo, canary and survivor hooks (see ``tombstone.contract.Adapter``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+class QdrantHooks:
+    demo_role = "chunks"
+
+    @classmethod
+    def demo_store(cls, kit) -> dict[str, Any]:
+        return {"backend": "qdrant", "path": "stores/qdrant", "collection": kit.collection}
+
+    @classmethod
+    def demo_fill(cls, kit, store: str, options: Mapping[str, Any], subjects: Sequence[str]) -> None:
+        from qdrant_client import models
+
+        from .adapter import local_client
+        from .wrapper import TombstoneQdrant
+
+        client = local_client(options["path"])
+        name = options.get("collection", kit.collection)
+        if not client.collection_exists(name):
+            client.create_collection(name, vectors_config=models.VectorParams(size=kit.embedding_dim,
+                                                                              distance=models.Distance.COSINE))
+        points = TombstoneQdrant(client, name, lineage=kit.lineage, store=store, embedder=kit.embedder())
+        for ref in subjects:
+            ids, texts, metas = kit.chunks(ref)
+            points.upsert(ids, documents=texts, payloads=metas, subject=ref)
+
+    @classmethod
+    def canary_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        return {**options, "collection": f"{options.get('collection', 'rag-chunks')}-tombstone-canary"}
+
+    @classmethod
+    def read_survivors(cls, options: Mapping[str, Any]) -> Any:
+        """Every stored point, decoded from the collection's SQLite file (the harness's own files)."""
+        import pickle  # the harness reads files it wrote itself, never an untrusted store
+
+        name = options.get("collection", "rag-chunks")
+        con = sqlite3.connect(Path(options["path"]) / "collection" / name / "storage.sqlite")
+        try:
+            points = [pickle.loads(b) for (b,) in con.execute("SELECT point FROM points")]
+        finally:
+            con.close()
+        return sorted((p.payload["tombstone_id"], json.dumps(p.payload, sort_keys=True), tuple(p.vector))
+                      for p in points)

@@ -1,0 +1,87 @@
+"""Building a receipt body from the decided findings of a saga (the signing is ``signing.sign``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tombstone.lineage.records import ArtifactRecord
+from tombstone.receipt.signing import RECEIPT_KIND, SCHEMA_VERSION
+from tombstone.verify.levels import Status, StatusKind
+from tombstone.version import __version__
+
+ALWAYS_OUT_OF_SCOPE = (
+    ("backups", "backups and snapshots taken outside the configured store files are not probed"),
+    ("write-ahead logs and archives", "WAL segments shipped or archived outside the store files are not probed"),
+    ("replicas", "replicas and mirrors of the stores are not probed"),
+    ("provider logs", "logs kept by hosting providers and API gateways cannot be reached"),
+    ("copies outside the wrappers", "data copied by code that did not go through a Tombstone wrapper has no lineage"),
+)
+"""What no probe of this tool reaches; every receipt says so explicitly."""
+
+
+def status_record(status: Status) -> dict[str, Any]:
+    """A decided status as the receipt (and the journal) records it."""
+    return {
+        "status": status.kind.value,
+        "level": status.level.value if status.level else None,
+        "reason": status.reason,
+        "measurement": status.measurement,
+    }
+
+
+def artifact_entry(art: ArtifactRecord, decided: Mapping[str, Any], *, scope: str, suppression: Mapping[str, Any],
+                   reclaim: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One artifact's entry: its status (``decided["status"]``) and the evidence of every step."""
+    return {
+        "artifact_id": art.artifact_id,
+        "store": art.store,
+        "backend": art.backend,
+        "kind": art.kind,
+        **decided["status"],
+        "fingerprint": list(art.fingerprint) if art.fingerprint is not None else None,
+        "inv_norm": art.inv_norm,
+        "evidence": {
+            "scope": scope,
+            "suppression": {"recorded": True, **suppression},
+            "reclaim": dict(reclaim) if reclaim else None,
+            "probes": decided["probes"],
+        },
+    }
+
+
+def summary(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many artifacts ended with each status."""
+    counts = {kind.value: 0 for kind in StatusKind}
+    for entry in entries:
+        counts[entry["status"]] += 1
+    return counts
+
+
+def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, finished_at: str,
+                 entries: Sequence[Mapping[str, Any]], previous_receipt_hash: str | None) -> dict[str, Any]:
+    """The body that is hashed and signed: everything but ``receipt_hash`` and ``signature``."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": RECEIPT_KIND,
+        "subject": subject,
+        "saga_id": saga_id,
+        "sequence": sequence,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "tool": {"name": "tombstone-rag", "version": __version__},
+        "artifacts": list(entries),
+        "out_of_scope": [{"what": w, "status": "OUT_OF_SCOPE", "reason": r} for w, r in ALWAYS_OUT_OF_SCOPE],
+        "summary": summary(entries),
+        "previous_receipt_hash": previous_receipt_hash,
+    }
+
+
+def pretty(receipt: Mapping[str, Any]) -> bytes:
+    """The receipt as the file delivered to the operator: indented, sorted keys, UTF-8."""
+    import json
+
+    return (json.dumps(receipt, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+__all__ = ["ALWAYS_OUT_OF_SCOPE", "artifact_entry", "pretty", "receipt_body", "status_record", "summary"]
