@@ -11,14 +11,18 @@ from tombstone.testing.plugin import tombstone_check  # noqa: F401  (the plugin'
 from test_cli import run
 
 
-@pytest.mark.parametrize("backend", ["docstore", "chroma", "faiss", "qdrant", "pgvector", "pinecone"])
-def test_check_passes_on_every_backend(backend, tmp_path):
+@pytest.mark.parametrize(("backend", "per_canary"), [
+    ("docstore", 3), ("chroma", 3), ("faiss", 3), ("qdrant", 3), ("pgvector", 3), ("pinecone", 3),
+    ("exact_cache", 1), ("semantic_cache", 1),
+])
+def test_check_passes_on_every_backend(backend, per_canary, tmp_path):
     junit = tmp_path / "junit.xml"
     result = run("check", "--backend", backend, "--canaries", "2", "--junit", str(junit))
     assert result.exit_code == 0, result.output
     assert f"{backend}: PASS" in result.output
     suite = ET.parse(junit).getroot()
-    assert suite.get("failures") == "0" and int(suite.get("tests")) == 7  # control + 2 canaries × 3 chunks
+    # control + 2 canaries × their artifacts (3 documents or chunks, or 1 cached answer)
+    assert suite.get("failures") == "0" and int(suite.get("tests")) == 1 + 2 * per_canary
 
 
 def test_check_fails_when_the_delete_path_leaves_bytes(monkeypatch, tmp_path):
