@@ -23,11 +23,12 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
 
 from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstonePinecone
+from .hooks import PineconeHooks
 
 _BATCH = 100
 
 
-class PineconeAdapter(Adapter):
+class PineconeAdapter(PineconeHooks, Adapter):
     """Options: ``host`` (the index's data-plane host), ``namespace`` (default ``""``), ``api_key_env``
     (default ``PINECONE_API_KEY``), ``wait_seconds`` (bound on each visibility wait, default 30),
     ``poll_seconds`` (first poll interval, doubled up to 2 s)."""
@@ -171,7 +172,10 @@ class PineconeAdapter(Adapter):
                                                  "probe_vectors": len(queries), "namespace": self.namespace})
         return results
 
+    def unsupported_reason(self, level: Level) -> str | None:
+        if level is Level.PHYSICAL:
+            return "managed: no physical check possible (Pinecone offers no persist directory, snapshot or file-read API)"
+        return None
+
     def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
-        raise PhysicalUnsupportedError(
-            "managed: no physical check possible (Pinecone offers no persist directory, snapshot or file-read API)",
-            store=self.store)
+        raise PhysicalUnsupportedError(self.unsupported_reason(Level.PHYSICAL), store=self.store)

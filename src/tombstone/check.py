@@ -94,7 +94,7 @@ def expectation(cls: type) -> tuple[str, Callable[[ArtifactEntry], bool]]:
 def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3,
               workdir: str | Path | None = None) -> CheckResult:
     """Write, erase and judge canaries for ``backend``; see the module docstring."""
-    from tombstone.demo import DemoKit, fill, stop_services
+    from tombstone.demo import DemoKit, demo_backends, fill, fill_order, stop_services
 
     cls = adapter_class(backend)
     if cls.demo_role is None:
@@ -115,11 +115,20 @@ def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3
             result.notes.append(f"canaries in the configured {backend} store, in their own place: {place}")
         else:
             options = cls.demo_store(kit)
-        deployment = init_deployment(kit.root, {backend: {k: v for k, v in options.items() if v is not None}})
+        stores = {backend: {k: v for k, v in options.items() if v is not None}}
+        # Derived stores (cached answers) need something to derive from, or every canary is a lineage gap:
+        # a scratch store of the first installed backend that builds documents.
+        sources = [name for name, c in demo_backends().items() if c.demo_role == "documents" and name != backend]
+        if cls.demo_role == "answers" and sources:
+            stores[sources[0]] = adapter_class(sources[0]).demo_store(kit)
+            result.notes.append(f"the canaries' answers are derived from canary documents in a scratch {sources[0]} store")
+        deployment = init_deployment(kit.root, stores)
         subjects = [f"{CANARY_PREFIX}{i:04d}" for i in range(1, canaries + 1)]
         with Tombstone(deployment) as tomb:
-            fill(tomb, backend, subjects, kit=kit)
-            arts = [a for s in subjects for a in tomb.lineage.artifacts_for(tomb.lineage.subject_key(s))]
+            for store in fill_order(tomb, list(stores)):
+                fill(tomb, store, subjects, kit=kit)
+            arts = [a for s in subjects for a in tomb.lineage.artifacts_for(tomb.lineage.subject_key(s))
+                    if a.store == backend]
             if Capability.PHYSICAL_SCAN in cls.capabilities:
                 before = tomb.adapter(backend).probe_physical(arts)
                 blind = [a.artifact_id for a in arts if not before[a.artifact_id].id_found]
@@ -129,6 +138,8 @@ def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3
             for subject in subjects:
                 data, _ = tomb.erase(subject)
                 for entry in Receipt.parse(data).artifacts:
+                    if entry.store != backend:
+                        continue
                     result.rows.append(CheckRow(entry.artifact_id, subject, entry.status_text, expected,
                                                 meets(entry), entry.status_text))
     finally:

@@ -117,6 +117,11 @@ class Adapter(abc.ABC):
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
 
+    def unsupported_reason(self, level: Level) -> str | None:
+        """Why this store cannot be checked at ``level``, in the backend's own words (None: the stage's
+        generic reason is enough). Asked only for levels whose capability the adapter does not declare."""
+        return None
+
     # -- the erasure --------------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -55,6 +55,13 @@ def demo_documents(subject: str) -> list[tuple[str, str, dict]]:
     return docs
 
 
+def demo_chunks(subject: str) -> tuple[list[str], list[str], list[dict]]:
+    """The chunks cut from the subject's documents (one per document): ids, texts, metadata."""
+    docs = demo_documents(subject)
+    ids = [f"{doc_id}#chunk-0" for doc_id, _, _ in docs]
+    return ids, [t for _, t, _ in docs], [{**m, "chunk_id": i} for i, (_, _, m) in zip(ids, docs)]
+
+
 @dataclass
 class Service:
     """Something a demo store started in this process (a local emulator, a server), stopped at the end."""
@@ -101,9 +108,7 @@ class DemoKit:
 
     def chunks(self, subject: str) -> tuple[list[str], list[str], list[dict]]:
         """The chunks cut from the subject's documents: ids, texts, metadata."""
-        docs = demo_documents(subject)
-        ids = [f"{doc_id}#chunk-0" for doc_id, _, _ in docs]
-        return ids, [t for _, t, _ in docs], [{**m, "chunk_id": i} for i, (_, _, m) in zip(ids, docs)]
+        return demo_chunks(subject)
 
     def answer(self, subject: str) -> tuple[str, list, list[str]]:
         """A question about the subject, the (simulated) LLM's answer quoting the first chunk, its chunk ids."""
@@ -242,5 +247,5 @@ def stop_services() -> list[str]:
     return lines
 
 
-__all__ = ["DemoKit", "Service", "build_demo", "default_backends", "demo_backends", "demo_documents", "fill",
+__all__ = ["DemoKit", "Service", "build_demo", "default_backends", "demo_backends", "demo_chunks", "demo_documents", "fill",
            "fill_order", "stop_services", "subject_name"]

@@ -104,9 +104,9 @@ def test_lag_within_the_bound_is_unverified_managed_with_a_passing_logical_probe
         assert art["status"] == "UNVERIFIED" and art["level"] is None
         assert art["reason"] == ("physical: managed: no physical check possible (Pinecone offers no persist "
                                  "directory, snapshot or file-read API)")
-        logical, physical = art["evidence"]["probes"]
+        logical, physical, semantic, model = art["evidence"]["probes"]
         assert logical["ran"] and logical["passed"] is True
-        assert physical["ran"] is False
+        assert physical["ran"] is False and semantic["ran"] is False and model["ran"] is False
         suppress_wait = art["evidence"]["suppression"]["evidence"]["wait"]
         reclaim_wait = art["evidence"]["reclaim"]["evidence"]["wait"]
         assert suppress_wait["visible"] and reclaim_wait["visible"]

@@ -12,6 +12,7 @@ harness names no backend: the deployments it copies say which stores they hold.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal

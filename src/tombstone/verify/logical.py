@@ -100,6 +100,9 @@ class LogicalStage:
     capability = Capability.LOGICAL_PROBE
 
     def unsupported(self, adapter: Any) -> str:
+        own = adapter.unsupported_reason(self.level)
+        if own:
+            return own
         return f"{adapter.backend} declares no logical probe"
 
     def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):

@@ -25,6 +25,9 @@ class ModelStage:
     capability = Capability.MODEL_PROBE
 
     def unsupported(self, adapter: Any) -> str:
+        own = adapter.unsupported_reason(self.level)
+        if own:
+            return own
         return f"{adapter.backend} holds no model weights"
 
     def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):

@@ -142,6 +142,9 @@ class PhysicalStage:
     capability = CAPABILITY
 
     def unsupported(self, adapter: Any) -> str:
+        own = adapter.unsupported_reason(self.level)
+        if own:
+            return own
         if adapter.has(Capability.MANAGED):
             return f"managed: {adapter.backend} is a managed service with no access to its persisted bytes"
         return f"{adapter.backend} offers no access to its persisted bytes"

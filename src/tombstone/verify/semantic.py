@@ -26,6 +26,9 @@ class SemanticStage:
     capability = Capability.SEMANTIC_PROBE
 
     def unsupported(self, adapter: Any) -> str:
+        own = adapter.unsupported_reason(self.level)
+        if own:
+            return own
         return f"{adapter.backend} declares no semantic probe"
 
     def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):
