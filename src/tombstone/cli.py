@@ -1,7 +1,10 @@
 """The ``tombstone`` command: a thin layer over the Python API.
 
-Exit codes: 0 success; 1 a check failed (a receipt that does not verify); 2 bad input or an
-operation that could not run. Every error is one line on stderr, never a traceback.
+Exit codes (the README has the table): 0 done, nothing left to act on; 1 a check failed (a receipt that
+does not verify, stores that contradict it, a gate that fails); 2 bad input or an operation that could not
+run; 3 the receipt was written but holds something a person must act on (RESIDUAL, NEEDS_HUMAN, an
+actionable UNVERIFIED); 4 an audit found no contradiction but could not re-check every claim; 130
+interrupted (``tombstone resume`` finishes the saga). Every error is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,16 +19,27 @@ import click
 from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, SagaError, TombstoneError
 
 
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_ACTION_NEEDED = 3
+EXIT_UNCHECKED = 4
+EXIT_INTERRUPTED = 130
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ReceiptError as exc:
             click.echo(f"error: {_one_line(exc)}", err=True)
-            sys.exit(1)
+            sys.exit(EXIT_FAILED)
         except TombstoneError as exc:
             click.echo(f"error: {_one_line(exc)}", err=True)
-            sys.exit(2)
+            sys.exit(EXIT_BAD_INPUT)
+        except KeyboardInterrupt:
+            click.echo("interrupted; 'tombstone resume' finishes any erasure that was under way", err=True)
+            sys.exit(EXIT_INTERRUPTED)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -139,13 +153,55 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
             done = tomb.erase_many(subjects)
         for receipt, path in done:
             totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
-            click.echo(f"{receipt['subject']}: {totals} -> {path}")
-        click.echo(f"{len(done)} subjects erased in one batch")
+            click.echo(f"{receipt['subject']}: {totals or 'no artifacts'} -> {path}")
+        click.echo(f"{_count(len(done), 'subject')} erased in one batch")
+        _exit_for(done)
         return
     with Tombstone.open(config_path) as tomb:
         receipt, path = tomb.erase(subject, out=out, progress=_progress())
     click.echo(format_receipt(receipt))
     click.echo(f"receipt: {path}")
+    _exit_for([(receipt, path)])
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def store_lines(receipt: "dict[str, Any] | Receipt") -> list[str]:
+    """One line per store: its statuses, and what a person must do next when something is left."""
+    from tombstone.receipt.model import Receipt
+
+    if not isinstance(receipt, Receipt):
+        receipt = Receipt.parse(receipt)
+    lines = []
+    for store, entries in receipt.by_store().items():
+        counts: dict[str, int] = {}
+        for entry in entries:
+            key = entry.status.value + (f"({entry.level.value})" if entry.level else "")
+            counts[key] = counts.get(key, 0) + 1
+        line = f"{store}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+        actions = list(dict.fromkeys(entry.action for entry in entries if entry.action))
+        if actions:
+            line += " -- next: " + "; ".join(actions)
+        lines.append(line)
+    return lines
+
+
+def _exit_for(done: list[tuple[dict[str, Any], Any]]) -> None:
+    """Exit 3 when any receipt holds something a person must act on, after saying what, per store."""
+    from tombstone.receipt.model import Receipt
+
+    waiting = [(Receipt.parse(data), path) for data, path in done]
+    waiting = [(r, p) for r, p in waiting if r.needs_action]
+    if not waiting:
+        return
+    for receipt, path in waiting:
+        click.echo(f"ACTION NEEDED for {receipt.subject} ({path}):")
+        for line in store_lines(receipt):
+            if " -- next: " in line:
+                click.echo(f"  {line}")
+    sys.exit(EXIT_ACTION_NEEDED)
 
 
 def _progress():
@@ -207,6 +263,7 @@ def resume(config_path: str | None) -> None:
     for receipt, path in finished:
         click.echo(format_receipt(receipt))
         click.echo(f"receipt: {path}")
+    _exit_for(finished)
 
 
 @main.command()
@@ -298,6 +355,7 @@ def dlq_retry(config_path: str | None) -> None:
     for receipt, path in done:
         click.echo(format_receipt(receipt))
         click.echo(f"receipt: {path}")
+    _exit_for(done)
 
 
 @main.group()
@@ -478,8 +536,10 @@ def format_receipt(receipt: "dict[str, Any] | Receipt") -> str:
     ]
     totals = ", ".join(f"{k} {v}" for k, v in receipt.summary.items() if v)
     out_of_scope = ", ".join(what for what, _ in receipt.out_of_scope)
+    rows_by_store = ["by store:"] + [f"  {line}" for line in store_lines(receipt)]
     return "\n".join(
         head
         + [_table(("store", "backend", "artifact", "status"), rows)]
+        + rows_by_store
         + [f"totals: {totals or 'no artifacts'}", f"always out of scope: {out_of_scope}"]
     )

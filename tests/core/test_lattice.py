@@ -14,7 +14,7 @@ from tombstone.verify.result import NotRun, ProbeResult
 def outcome(level: Level, passed: bool | None, measurement: str | None = None, unsupported: str | None = None):
     """A probe outcome: passed True/False (ran), or None / unsupported (did not run)."""
     if unsupported or passed is None:
-        return NotRun(level, unsupported or "not run", unsupported=bool(unsupported))
+        return NotRun(level, unsupported or "not run", ceiling=unsupported == "managed")
     return ProbeResult(level, passed, None if passed else (measurement or "found"))
 
 
@@ -98,6 +98,19 @@ def test_each_rule(change, kind, level, text):
         assert text in (status.reason or status.measurement)
 
 
+def test_actions_say_what_is_left_to_do():
+    """RESIDUAL and NEEDS_HUMAN always carry an action; a backend's ceiling and VERIFIED never do."""
+    assert decide(replace(CLEAN)).action is None
+    assert decide(replace(CLEAN, physical_unsupported="managed")).action is None  # the backend's ceiling
+    assert "readable" in decide(replace(CLEAN, physical_unsupported="file not readable")).action
+    assert decide(replace(CLEAN, duplicate_content="1 survivor")).action is None
+    assert "dlq retry" in decide(replace(CLEAN, dlq_error="timeout")).action
+    assert decide(replace(CLEAN, physical_passed=False)).action
+    assert decide(replace(CLEAN, third_party="acme")).action
+    assert decide(replace(CLEAN, lineage_gap="source missing")).action
+    assert decide(replace(CLEAN, no_adapter="chroma")).action
+
+
 def test_physical_unsupported_is_never_verified_by_omission():
     """Rule 5 before rule 6 and 9: a store that cannot be checked is UNVERIFIED even if nothing else failed."""
     status = decide(replace(CLEAN, physical_passed=None, physical_unsupported="managed"))
@@ -163,4 +176,8 @@ def test_status_invariants():
         Status(StatusKind.UNVERIFIED, level=Level.LOGICAL, reason="x")
     with pytest.raises(ValueError):
         Status(StatusKind.RESIDUAL, level=Level.PHYSICAL)
+    with pytest.raises(ValueError):
+        Status(StatusKind.RESIDUAL, level=Level.PHYSICAL, measurement="id 1x")  # no action
+    with pytest.raises(ValueError):
+        Status(StatusKind.VERIFIED, level=Level.PHYSICAL, action="nothing")
     assert str(Status(StatusKind.VERIFIED, level=Level.PHYSICAL)) == "VERIFIED(physical)"

@@ -27,6 +27,7 @@ def status_record(status: Status) -> dict[str, Any]:
         "level": status.level.value if status.level else None,
         "reason": status.reason,
         "measurement": status.measurement,
+        "action": status.action,
     }
 
 

@@ -49,6 +49,9 @@ class ArtifactEntry:
     inv_norm: float | None
     evidence: dict[str, Any]
     probes: dict[Level, ProbeRecord]
+    action: str | None = None
+    """What a person must do next (None: nothing). Receipts of schema 1.0 did not record it; for them it
+    is read from the status: RESIDUAL and NEEDS_HUMAN need a person, anything else is not known."""
 
     def probe(self, level: Level) -> ProbeRecord | None:
         return self.probes.get(level)
@@ -65,6 +68,12 @@ class ArtifactEntry:
         """The artifact as a probe needs it: what the receipt carries, nothing from a lineage db."""
         return ArtifactRecord(store=self.store, artifact_id=self.artifact_id, backend=self.backend, kind=self.kind,
                               fingerprint=self.fingerprint, inv_norm=self.inv_norm)
+
+
+def _legacy_action(art: Mapping[str, Any]) -> str | None:
+    if art["status"] in ("RESIDUAL", "NEEDS_HUMAN"):
+        return f"act on {art['status']} (recorded by a release that did not name the next step)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -101,7 +110,8 @@ class Receipt:
                 status=StatusKind(art["status"]), level=Level(art["level"]) if art["level"] else None,
                 reason=art["reason"], measurement=art["measurement"],
                 fingerprint=tuple(art["fingerprint"]) if art["fingerprint"] else None, inv_norm=art.get("inv_norm"),
-                evidence=dict(art["evidence"]), probes=probes))
+                evidence=dict(art["evidence"]), probes=probes,
+                action=art.get("action") if "action" in art else _legacy_action(art)))
         return cls(
             data=dict(data), subject=data["subject"], saga_id=data["saga_id"], sequence=data["sequence"],
             started_at=data["started_at"], finished_at=data["finished_at"], tool_version=data["tool"]["version"],
@@ -114,6 +124,15 @@ class Receipt:
     def load(cls, path: str | Path) -> "Receipt":
         """Read and parse a receipt file; every problem is one ReceiptError line."""
         return cls.parse(load_receipt(path))
+
+    @property
+    def schema_version(self) -> str:
+        return str(self.data["schema_version"])
+
+    @property
+    def needs_action(self) -> list[ArtifactEntry]:
+        """The artifacts a person must still act on."""
+        return [entry for entry in self.artifacts if entry.action]
 
     def by_store(self) -> dict[str, list[ArtifactEntry]]:
         out: dict[str, list[ArtifactEntry]] = {}

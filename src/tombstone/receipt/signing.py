@@ -19,7 +19,9 @@ from tombstone.errors import ReceiptError
 from tombstone.keys import b64, key_id
 from tombstone.receipt.canonical import body_hash, signed_body
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
+SCHEMA_VERSIONS = ("1.0", "1.1")
+"""Receipt versions this release reads and verifies; it writes the last."""
 RECEIPT_KIND = "tombstone.erasure-receipt"
 
 

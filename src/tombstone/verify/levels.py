@@ -74,6 +74,9 @@ class Status:
     """What was still found, for RESIDUAL only."""
     rule: str = ""
     """Name of the lattice rule that produced this status."""
+    action: str | None = None
+    """What a person must do next; None when nothing is left to act on (VERIFIED, or the backend's
+    ceiling: a managed store's UNVERIFIED, content a live survivor holds)."""
 
     def __post_init__(self) -> None:
         needs_level = self.kind in (StatusKind.VERIFIED, StatusKind.RESIDUAL)
@@ -88,6 +91,10 @@ class Status:
             raise ValueError(f"{self.kind.value} {'needs' if needs_reason else 'takes no'} reason")
         if (self.kind is StatusKind.RESIDUAL) != bool(self.measurement):
             raise ValueError("RESIDUAL needs a measurement, and only RESIDUAL has one")
+        if self.kind in (StatusKind.RESIDUAL, StatusKind.NEEDS_HUMAN) and not self.action:
+            raise ValueError(f"{self.kind.value} always leaves something for a person to do")
+        if self.kind is StatusKind.VERIFIED and self.action:
+            raise ValueError("VERIFIED leaves nothing to do")
 
     def __str__(self) -> str:
         inner = self.level.value if self.level else self.reason
@@ -143,6 +150,11 @@ class Findings:
             return f"no {level.value} probe ran"
         return None if outcome.ran else outcome.why
 
+    def at_ceiling(self, level: Level) -> bool:
+        """The level did not run because the backend can never be checked there (declared, not a failure)."""
+        outcome = self.probes.get(level)
+        return outcome is not None and not outcome.ran and bool(getattr(outcome, "ceiling", False))
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -166,13 +178,18 @@ def _verified(f: Findings) -> Status:
     return Status(StatusKind.VERIFIED, level=max(passed, key=lambda lv: lv.rank), rule="verified")
 
 
-def _residual(name: str, level: Level, default: str) -> Rule:
+def _residual(name: str, level: Level, default: str, action: str) -> Rule:
     """RESIDUAL(level) when the level's probe ran and found something."""
     return Rule(
         name,
         lambda f: f.failed(level),
-        lambda f: Status(StatusKind.RESIDUAL, level=level, measurement=f.measurement(level) or default, rule=name),
+        lambda f: Status(StatusKind.RESIDUAL, level=level, measurement=f.measurement(level) or default, rule=name,
+                         action=action),
     )
+
+
+AGAIN = "run 'tombstone erase' for the subject again"
+"""The usual next step once the cause is fixed: a new saga re-runs every step (they are idempotent)."""
 
 
 RULES: tuple[Rule, ...] = (
@@ -181,31 +198,40 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "dlq",
         lambda f: f.dlq_error is not None,
-        lambda f: Status(StatusKind.UNVERIFIED, reason=f"dlq: {f.dlq_error}", rule="dlq"),
+        lambda f: Status(StatusKind.UNVERIFIED, reason=f"dlq: {f.dlq_error}", rule="dlq",
+                         action="fix the store error, then run 'tombstone dlq retry'"),
     ),
     Rule(
         "no_adapter",
         lambda f: f.no_adapter is not None,
-        lambda f: Status(StatusKind.UNVERIFIED, reason=f"no adapter: {f.no_adapter}", rule="no_adapter"),
+        lambda f: Status(StatusKind.UNVERIFIED, reason=f"no adapter: {f.no_adapter}", rule="no_adapter",
+                         action=f"install the store's adapter or restore the store in the config, then {AGAIN}"),
     ),
     Rule(
         "lineage_gap",
         lambda f: f.lineage_gap is not None,
-        lambda f: Status(StatusKind.UNVERIFIED, reason=f"lineage gap: {f.lineage_gap}", rule="lineage_gap"),
+        lambda f: Status(StatusKind.UNVERIFIED, reason=f"lineage gap: {f.lineage_gap}", rule="lineage_gap",
+                         action="find where the artifact came from and record the missing link ('tombstone where'),"
+                                f" then {AGAIN}"),
     ),
     Rule(
         "third_party",
         lambda f: f.third_party is not None,
-        lambda f: Status(StatusKind.NEEDS_HUMAN, reason=f"third party: {f.third_party}", rule="third_party"),
+        lambda f: Status(StatusKind.NEEDS_HUMAN, reason=f"third party: {f.third_party}", rule="third_party",
+                         action="ask the recipient to delete its copy and keep their confirmation"),
     ),
-    _residual("logical_fail", Level.LOGICAL, "still returned by a query path"),
+    _residual("logical_fail", Level.LOGICAL, "still returned by a query path",
+              f"a query path still returns it: {AGAIN}; if it stays, the store's adapter misses a read path"),
     Rule(
         "physical_unsupported",
         lambda f: not f.ran(Level.PHYSICAL),
         lambda f: Status(StatusKind.UNVERIFIED, reason=f"physical: {f.why_not_run(Level.PHYSICAL)}",
-                         rule="physical_unsupported"),
+                         rule="physical_unsupported",
+                         action=None if f.at_ceiling(Level.PHYSICAL)
+                         else f"make the store's files readable to Tombstone (see the reason), then {AGAIN}"),
     ),
-    _residual("physical_fail", Level.PHYSICAL, "bytes still in storage"),
+    _residual("physical_fail", Level.PHYSICAL, "bytes still in storage",
+              f"the bytes are still stored: {AGAIN}; if they stay, the store's reclaim recipe does not reach them"),
     Rule(
         "duplicate_content",
         lambda f: f.duplicate_content is not None,
@@ -215,12 +241,15 @@ RULES: tuple[Rule, ...] = (
             rule="duplicate_content",
         ),
     ),
-    _residual("model_residual", Level.MODEL, "the model still reproduces the artifact"),
-    _residual("semantic_residual", Level.SEMANTIC, "the neighbourhood still answers as if the artifact were there"),
+    _residual("model_residual", Level.MODEL, "the model still reproduces the artifact",
+              "retrain the shard without the subject's examples, then erase again"),
+    _residual("semantic_residual", Level.SEMANTIC, "the neighbourhood still answers as if the artifact were there",
+              "look for near-copies or summaries of the artifact the lineage graph does not know"),
     Rule(
         "logical_not_run",
         lambda f: not f.ran(Level.LOGICAL),
-        lambda f: Status(StatusKind.UNVERIFIED, reason="logical probe did not run", rule="logical_not_run"),
+        lambda f: Status(StatusKind.UNVERIFIED, reason="logical probe did not run", rule="logical_not_run",
+                         action=f"{AGAIN} once the store can be queried"),
     ),
     Rule("verified", lambda f: True, _verified),
 )

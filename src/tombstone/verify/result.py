@@ -42,8 +42,10 @@ class NotRun:
     """The level that was not probed."""
     why: str
     """Why not: the backend cannot be checked there, the deployment disabled it, the store failed, ..."""
-    unsupported: bool = False
-    """True when the backend declares it cannot be checked at this level (as opposed to: it was not asked)."""
+    ceiling: bool = False
+    """True when the backend can never be checked at this level (it does not declare the capability): the
+    backend's ceiling, nothing a person can fix. False when it could have run but did not (a file was not
+    readable, a privilege is missing, the deployment disabled the level, the store failed)."""
     evidence: dict[str, Any] = field(default_factory=dict)
     """Anything the stage learned before it stopped."""
 

@@ -7,8 +7,10 @@ The runner finds a stage for every :class:`Level`, so adding a level is a new mo
 rule. A stage runs for a store only when the deployment enables the level and the store's adapter
 declares the capability; otherwise every artifact gets a :class:`NotRun` saying which.
 
-A stage that raises NotImplementedError is reported as not run with that message; PhysicalUnsupportedError
-means the backend cannot be checked at that level (the lattice turns it into UNVERIFIED, never VERIFIED).
+A stage that raises NotImplementedError is reported as not run with that message. A level whose capability
+the adapter does not declare is the backend's ceiling (``NotRun.ceiling``: nothing a person can fix); one
+that raises PhysicalUnsupportedError could have run but could not here (an unreadable file, a missing
+privilege: a person can act). Either way the lattice makes it UNVERIFIED, never VERIFIED.
 Store failures propagate to the caller (the saga retries and dead-letters them) unless the context asks
 for them to be recorded as not run (the auditor, who must report what it could not check).
 """
@@ -95,18 +97,18 @@ def stages() -> tuple[Stage, ...]:
     return tuple(found)
 
 
-def not_run(why: str, *, unsupported: bool = False) -> dict[Level, Outcome]:
+def not_run(why: str) -> dict[Level, Outcome]:
     """Every level not run, for one reason (a store that failed or has no adapter)."""
-    return {stage.level: NotRun(stage.level, why, unsupported) for stage in stages()}
+    return {stage.level: NotRun(stage.level, why) for stage in stages()}
 
 
 def run(ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, Verdict]:
     """Run every applicable stage over ``artifacts`` (all of one store); one verdict per artifact id."""
     verdicts = {art.artifact_id: Verdict({}, {}) for art in artifacts}
 
-    def skip(level: Level, why: str, unsupported: bool = False) -> None:
+    def skip(level: Level, why: str, ceiling: bool = False) -> None:
         for verdict in verdicts.values():
-            verdict.reported[level] = verdict.decided[level] = NotRun(level, why, unsupported)
+            verdict.reported[level] = verdict.decided[level] = NotRun(level, why, ceiling)
 
     for stage in stages():
         level = stage.level
@@ -114,15 +116,15 @@ def run(ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord]) -
             skip(level, f"the {level.value} level is not enabled in this deployment's configuration")
             continue
         if not adapter.has(stage.capability):
-            skip(level, stage.unsupported(adapter), unsupported=True)
+            skip(level, stage.unsupported(adapter), ceiling=True)
             continue
         try:
             out = stage.run(ctx, adapter, artifacts)
         except NotImplementedError as exc:
             skip(level, str(exc) or f"the {level.value} probe is not implemented")
             continue
-        except PhysicalUnsupportedError as exc:
-            skip(level, str(exc), unsupported=True)
+        except PhysicalUnsupportedError as exc:  # could have run: a file, a privilege, a mode is missing
+            skip(level, str(exc))
             continue
         except DeadLetterError:
             raise

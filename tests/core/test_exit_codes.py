@@ -1,0 +1,97 @@
+"""Exit codes say whether work remains: 0 only when nothing is left to act on, 3 when the receipt was
+written but a person must act, with one line per store saying what to do next."""
+
+from __future__ import annotations
+
+import json
+
+from tombstone import Tombstone, init_deployment
+
+from conftest import write_docs
+from test_cli import run
+
+
+def deployment(tmp_path, **faults):
+    from tombstone_adapters.docstore import DocStore
+
+    store = {"backend": "faulty", "wraps": "docstore", "path": "stores/docs/docstore.db", **faults} if faults \
+        else {"backend": "docstore", "path": "stores/docs/docstore.db"}
+    config = init_deployment(tmp_path / "d", {"docs": store})
+    DocStore(config.stores["docs"].options["path"]).close()
+    return config
+
+
+def test_a_clean_erasure_exits_0(tmp_path):
+    config = deployment(tmp_path)
+    with Tombstone(config) as tomb:
+        write_docs(tomb, "alice", 2)
+    result = run("erase", "alice", "--config", str(config.path))
+    assert result.exit_code == 0, result.output
+    assert "docs: 2 VERIFIED(physical)" in result.output and "ACTION NEEDED" not in result.output
+
+
+def test_dead_letters_exit_3_with_the_next_command_and_retry_exits_0_once_fixed(tmp_path):
+    config = deployment(tmp_path, fail_reclaim=1, retryable=False)
+    with Tombstone(config) as tomb:
+        write_docs(tomb, "alice", 2)
+    result = run("erase", "alice", "--config", str(config.path))
+    assert result.exit_code == 3, result.output
+    assert "ACTION NEEDED for alice" in result.output
+    assert "docs: 2 UNVERIFIED" in result.output and "tombstone dlq retry" in result.output
+    receipt = json.loads((config.receipts_dir / "alice.json").read_text())
+    assert all(a["action"] for a in receipt["artifacts"])  # the receipt itself says what is left
+    retried = run("dlq", "retry", "--config", str(config.path))
+    assert retried.exit_code == 0, retried.output
+
+
+def test_dlq_retry_that_fails_again_exits_3(tmp_path):
+    config = deployment(tmp_path, fail_reclaim=5, retryable=False)
+    with Tombstone(config) as tomb:
+        write_docs(tomb, "alice", 1)
+    assert run("erase", "alice", "--config", str(config.path)).exit_code == 3
+    again = run("dlq", "retry", "--config", str(config.path))
+    assert again.exit_code == 3 and "ACTION NEEDED" in again.output
+
+
+def test_a_copy_sent_to_a_third_party_exits_3(tmp_path):
+    config = deployment(tmp_path)
+    with Tombstone(config) as tomb:
+        [doc] = write_docs(tomb, "alice", 1)
+        tomb.lineage.record_third_party("alice", "docs", doc, "acme-analytics")
+    result = run("erase", "alice", "--config", str(config.path))
+    assert result.exit_code == 3, result.output
+    assert "NEEDS_HUMAN" in result.output and "ask the recipient" in result.output
+
+
+def test_content_a_survivor_holds_is_the_backends_ceiling_and_exits_0(tmp_path):
+    """UNVERIFIED(duplicate content) is nothing a person can fix: the survivor must not be deleted."""
+    config = deployment(tmp_path)
+    same = ["the same boilerplate notice text for everyone"]
+    with Tombstone(config) as tomb:
+        write_docs(tomb, "alice", 1, texts=same)
+        write_docs(tomb, "bob", 1, texts=same)
+    result = run("erase", "alice", "--config", str(config.path))
+    assert result.exit_code == 0, result.output
+    assert "UNVERIFIED(duplicate content" in result.output
+
+
+def test_a_batch_with_one_subject_left_to_act_on_exits_3(tmp_path):
+    config = deployment(tmp_path, fail_reclaim=1, retryable=False)
+    with Tombstone(config) as tomb:
+        write_docs(tomb, "alice", 1)
+        write_docs(tomb, "bob", 1)
+    subjects = tmp_path / "subjects.txt"
+    subjects.write_text("alice\nbob\n")
+    result = run("erase", "--subjects-file", str(subjects), "--config", str(config.path))
+    assert result.exit_code == 3, result.output
+    assert "2 subjects erased in one batch" in result.output and "ACTION NEEDED" in result.output
+
+
+def test_one_subject_is_singular(tmp_path):
+    config = deployment(tmp_path)
+    with Tombstone(config) as tomb:
+        write_docs(tomb, "alice", 1)
+    subjects = tmp_path / "subjects.txt"
+    subjects.write_text("alice\n")
+    result = run("erase", "--subjects-file", str(subjects), "--config", str(config.path))
+    assert result.exit_code == 0 and "1 subject erased in one batch" in result.output
