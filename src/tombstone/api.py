@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ class Tombstone:
         self._adapters: dict[str, Adapter] = {}
         self.context = SagaContext(lineage=self.lineage, adapter=self.adapter, clock=clock, sleep=sleep,
                                    retry=self.retry, signer=lambda: load_private_key(config.keys_dir),
-                                   receipt_path=self.default_receipt_path, levels=config.levels)
+                                   receipt_path=self.default_receipt_path, levels=config.levels,
+                                   has_store=lambda store: store in config.stores)
         """What sagas of this deployment work through."""
 
     @classmethod
@@ -87,13 +88,17 @@ class Tombstone:
 
     def erase(self, subject: str, *, out: str | Path | None = None,
               artifacts: list[tuple[str, str]] | None = None,
-              progress: Callable[[str, str, int, int], None] | None = None) -> tuple[dict[str, Any], Path]:
+              progress: Callable[[str, str, int, int], None] | None = None,
+              allow_missing_stores: Sequence[str] = ()) -> tuple[dict[str, Any], Path]:
         """Erase a subject (or finish its interrupted erasure); return the receipt and where it was written.
 
         ``artifacts`` limits the erasure to some (store, id) pairs of the subject's lineage graph; anything
-        outside it raises ScopeViolationError before anything is touched.
+        outside it raises ScopeViolationError before anything is touched. A store in scope that is not
+        configured, or whose adapter is missing or misconfigured, stops the erasure before it starts
+        unless it is named in ``allow_missing_stores`` (then its artifacts end UNVERIFIED(no adapter)).
         """
-        saga = Saga.start(self.context, subject, str(out) if out else None, artifacts=artifacts)
+        saga = Saga.start(self.context, subject, str(out) if out else None, artifacts=artifacts,
+                          allow_missing=allow_missing_stores)
         saga.progress = progress
         receipt = saga.run()
         return receipt, saga.receipt_path
@@ -110,7 +115,8 @@ class Tombstone:
                                           subject=subject)
         return subjects
 
-    def erase_many(self, subjects: list[str]) -> list[tuple[dict[str, Any], Path]]:
+    def erase_many(self, subjects: list[str], *,
+                   allow_missing_stores: Sequence[str] = ()) -> list[tuple[dict[str, Any], Path]]:
         """Erase a batch of subjects with one reclaim pass and one probe pass per store; one receipt each.
 
         Every subject is checked before anything is touched: an unknown one stops the batch."""
@@ -118,7 +124,7 @@ class Tombstone:
         sagas = []
         try:
             for subject in subjects:
-                sagas.append(Saga.start(self.context, subject))
+                sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores))
         except BaseException:
             for saga in sagas:
                 saga.lock.release()

@@ -120,11 +120,14 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
 @click.option("--subjects-file", type=click.Path(dir_okay=False), default=None,
               help="Erase every subject listed in FILE (one per line) in one batch: one reclaim and one probe"
                    " pass per store, one receipt per subject.")
+@click.option("--allow-missing-store", "allow_missing", multiple=True, metavar="NAME",
+              help="Erase even though store NAME (known to the lineage db) was removed from the config or has no"
+                   " adapter: its artifacts end UNVERIFIED(no adapter). Repeat for several.")
 @click.option("--queue", "queue", is_flag=True,
               help="Do not erase here: create the sagas and queue them for 'tombstone worker' processes"
                    " (needs lineage_dsn).")
 def erase(subject: str | None, config_path: str | None, out: str | None, subjects_file: str | None,
-          queue: bool) -> None:
+          allow_missing: tuple[str, ...], queue: bool) -> None:
     """Erase SUBJECT everywhere the lineage db knows of, then write its signed receipt."""
     from tombstone.api import Tombstone
 
@@ -150,7 +153,7 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
         return
     if subjects_file:
         with Tombstone.open(config_path) as tomb:
-            done = tomb.erase_many(subjects)
+            done = tomb.erase_many(subjects, allow_missing_stores=allow_missing)
         for receipt, path in done:
             totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
             click.echo(f"{receipt['subject']}: {totals or 'no artifacts'} -> {path}")
@@ -158,7 +161,7 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
         _exit_for(done)
         return
     with Tombstone.open(config_path) as tomb:
-        receipt, path = tomb.erase(subject, out=out, progress=_progress())
+        receipt, path = tomb.erase(subject, out=out, progress=_progress(), allow_missing_stores=allow_missing)
     click.echo(format_receipt(receipt))
     click.echo(f"receipt: {path}")
     _exit_for([(receipt, path)])

@@ -95,3 +95,52 @@ def test_one_subject_is_singular(tmp_path):
     subjects.write_text("alice\n")
     result = run("erase", "--subjects-file", str(subjects), "--config", str(config.path))
     assert result.exit_code == 0 and "1 subject erased in one batch" in result.output
+
+
+def _config_with(config, store: str, body: str) -> None:
+    config.path.write_text(config.path.read_text() + f"\n[stores.{store}]\n{body}\n")
+
+
+def test_a_backend_typo_stops_before_anything_changes_and_suggests_the_name(tmp_path):
+    from tombstone.lineage.records import ArtifactRecord
+    from test_cli import one_line_error
+
+    config = deployment(tmp_path)
+    with Tombstone(config) as tomb:
+        [doc] = write_docs(tomb, "alice", 1)
+        tomb.lineage.record_artifacts("alice", [ArtifactRecord("vectors", "v-1", "chroma", "vector")])
+    _config_with(config, "vectors", 'backend = "chromaa"\npath = "stores/vectors"')
+    err = one_line_error(run("erase", "alice", "--config", str(config.path)), 2)
+    assert "did you mean 'chroma'" in err
+    with Tombstone.open(config.path) as tomb:
+        assert tomb.lineage.sagas() == [] and not tomb.lineage.is_suppressed("docs", doc)
+
+
+def test_a_store_missing_a_required_option_stops_before_anything_changes(tmp_path):
+    from tombstone.lineage.records import ArtifactRecord
+    from test_cli import one_line_error
+
+    config = deployment(tmp_path)
+    with Tombstone(config) as tomb:
+        write_docs(tomb, "alice", 1)
+        tomb.lineage.record_artifacts("alice", [ArtifactRecord("pg", "p-1", "pgvector", "vector")])
+    _config_with(config, "pg", 'backend = "pgvector"\ndata_dir = "stores/pg"')
+    err = one_line_error(run("erase", "alice", "--config", str(config.path)), 2)
+    assert 'needs table = "..."' in err
+    with Tombstone.open(config.path) as tomb:
+        assert tomb.lineage.sagas() == []
+
+
+def test_a_store_removed_from_the_config_stops_unless_allowed_then_exits_3(tmp_path):
+    from tombstone.lineage.records import ArtifactRecord
+    from test_cli import one_line_error
+
+    config = deployment(tmp_path)
+    with Tombstone(config) as tomb:
+        write_docs(tomb, "alice", 1)
+        tomb.lineage.record_artifacts("alice", [ArtifactRecord("old-vectors", "v-1", "chroma", "vector")])
+    err = one_line_error(run("erase", "alice", "--config", str(config.path)), 2)
+    assert "'old-vectors'" in err and "--allow-missing-store old-vectors" in err
+    result = run("erase", "alice", "--config", str(config.path), "--allow-missing-store", "old-vectors")
+    assert result.exit_code == 3, result.output
+    assert "old-vectors: 1 UNVERIFIED -- next: install the store's adapter" in result.output

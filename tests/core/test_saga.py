@@ -8,6 +8,7 @@ import pytest
 
 from tombstone import Tombstone
 from tombstone.config import load_config
+from tombstone.errors import ConfigError
 from tombstone.saga import STEPS
 
 from conftest import FrozenClock, write_docs
@@ -102,8 +103,11 @@ def test_unconfigured_store_is_unverified_no_adapter(tomb):
     from tombstone.lineage.db import ArtifactRecord
 
     tomb.lineage.record_artifacts("alice", [ArtifactRecord("ghost", "g1", "chroma", "vector")])
-    write_docs(tomb, "alice", 1)
-    receipt, _ = tomb.erase("alice")
+    [doc] = write_docs(tomb, "alice", 1)
+    with pytest.raises(ConfigError, match="--allow-missing-store ghost"):
+        tomb.erase("alice")  # a store the config no longer lists stops the erasure before anything changes
+    assert tomb.lineage.sagas() == [] and not tomb.lineage.is_suppressed("docs", doc)
+    receipt, _ = tomb.erase("alice", allow_missing_stores=["ghost"])
     by_store = {a["store"]: a for a in receipt["artifacts"]}
     assert by_store["ghost"]["status"] == "UNVERIFIED"
     assert by_store["ghost"]["reason"].startswith("no adapter")

@@ -54,6 +54,8 @@ class SagaContext:
     """Where a subject's receipt goes when the caller named no file."""
     levels: frozenset[Level] = ALL_LEVELS
     """The verification levels the deployment enables."""
+    has_store: Callable[[str], bool] = lambda store: True
+    """Whether the configuration lists a store (to tell a removed store from a broken one)."""
 
 
 __all__ = ["RetryPolicy", "SagaContext"]

@@ -73,12 +73,16 @@ class Saga:
 
     @classmethod
     def start(cls, owner: Any, subject: str, out_path: str | None = None,
-              artifacts: list[tuple[str, str]] | None = None, wait: float = 0.0) -> "Saga":
+              artifacts: list[tuple[str, str]] | None = None, wait: float = 0.0,
+              allow_missing: Sequence[str] = ()) -> "Saga":
         """Start an erasure, or continue the unfinished one for the same subject.
 
         ``owner`` is a SagaContext or an open Tombstone. ``artifacts`` limits the erasure to some
         (store, id) pairs of the subject's lineage graph; asking for anything outside it — another
-        subject's artifact — raises ScopeViolationError.
+        subject's artifact — raises ScopeViolationError. Every store in scope must be configured and
+        served by an installed adapter, or the saga does not start (ConfigError, AdapterNotFoundError);
+        stores named in ``allow_missing`` (deliberately removed) are erased without, and their artifacts
+        end UNVERIFIED(no adapter).
         """
         ctx = _context(owner)
         if not subject or not subject.strip():
@@ -102,23 +106,17 @@ class Saga:
         lock = SubjectLock(ctx.lineage, key)
         lock.acquire(subject=subject, wait=wait)
         try:
-            return cls._start_locked(ctx, subject, key, scope, out_path, lock)
+            return cls._start_locked(ctx, subject, key, scope, out_path, lock, frozenset(allow_missing))
         except BaseException:
             lock.release()
             raise
 
     @classmethod
-    def _start_locked(cls, ctx: SagaContext, subject, key, scope, out_path, lock) -> "Saga":
+    def _start_locked(cls, ctx: SagaContext, subject, key, scope, out_path, lock, allow_missing) -> "Saga":
         running = ctx.lineage.running_saga(key)
         if running is not None:
             return cls(ctx, running["saga_id"], subject, out_path or running["out_path"], lock)
-        # Preflight: a store that cannot even be opened stops a new saga before anything changes.
-        # A store with no adapter does not: that artifact is reported UNVERIFIED(no adapter).
-        for store in sorted({a.store for a, _ in scope} - {THIRD_PARTY_STORE}):
-            try:
-                ctx.adapter(store)
-            except (AdapterNotFoundError, ConfigError):
-                continue
+        preflight(ctx, {a.store for a, _ in scope}, allow_missing)
         saga_id = str(uuid.uuid4())
         # The plan is journaled with the saga itself, in one transaction: the set of artifacts is fixed for
         # the saga's life, so a resume works on exactly what a clean run would have, even if the app
@@ -299,6 +297,28 @@ class Saga:
                                     receipt["receipt_hash"], body["previous_receipt_hash"], data)
         self.receipt_path = out
         return receipt
+
+
+def preflight(ctx: SagaContext, stores: set[str], allow_missing: frozenset[str] = frozenset()) -> None:
+    """Open every store a new saga will touch; a config mistake stops it before anything changes.
+
+    A store the lineage db knows but the config no longer lists, a backend no installed adapter serves
+    (a typo gets a suggestion), a missing option or a store that cannot be opened: one TombstoneError.
+    Stores in ``allow_missing`` are skipped when they cannot be opened: their artifacts end
+    UNVERIFIED(no adapter).
+    """
+    for store in sorted(stores - {THIRD_PARTY_STORE}):
+        try:
+            ctx.adapter(store)
+        except (AdapterNotFoundError, ConfigError) as exc:
+            if store in allow_missing:
+                continue
+            if not ctx.has_store(store):
+                raise ConfigError(
+                    f"store {store!r} holds artifacts of this subject (the lineage db says so) but is not configured;"
+                    f" restore it in the config, or pass --allow-missing-store {store} to erase without it"
+                    " (its artifacts will be UNVERIFIED(no adapter))", store=store) from exc
+            raise
 
 
 def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[list[Saga]], dict[str, Any]]) -> None:
