@@ -11,7 +11,7 @@ from typing import Any
 from tombstone.clock import Clock, system_clock
 from tombstone.config import CONFIG_NAME, Config, load_config, write_config
 from tombstone.contract import Adapter, open_adapter
-from tombstone.errors import ConfigError, SagaError, UnknownSubjectError
+from tombstone.errors import ConfigError, SagaError, UnknownSubjectError, shown
 from tombstone.keys import LineageSecret, create_keys, load_private_key
 from tombstone.lineage.db import LineageDB
 from tombstone.saga import RetryPolicy, Saga, SagaContext, run_batch
@@ -111,7 +111,7 @@ class Tombstone:
             raise UnknownSubjectError("no subjects given")
         for subject in subjects:
             if not self.lineage.artifacts_for(self.lineage.subject_key(subject)):
-                raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it",
+                raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it",
                                           subject=subject)
         return subjects
 
@@ -119,12 +119,18 @@ class Tombstone:
                    allow_missing_stores: Sequence[str] = ()) -> list[tuple[dict[str, Any], Path]]:
         """Erase a batch of subjects with one reclaim pass and one probe pass per store; one receipt each.
 
-        Every subject is checked before anything is touched: an unknown one stops the batch."""
-        subjects = self.known_subjects(subjects)
+        A subject the lineage db records nothing for does not stop the batch: it gets a signed receipt with
+        no artifacts that says so (stores written outside the wrappers are not covered)."""
+        subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
+        if not subjects:
+            raise UnknownSubjectError("no subjects given")
         sagas = []
         try:
             for subject in subjects:
-                sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores))
+                if self.lineage.artifacts_for(self.lineage.subject_key(subject)):
+                    sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores))
+                else:
+                    sagas.append(Saga.start_unknown(self.context, subject))
         except BaseException:
             for saga in sagas:
                 saga.lock.release()

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, SagaError, TombstoneError
+from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, SagaError, TombstoneError, shown
 
 
 EXIT_OK = 0
@@ -137,10 +137,7 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
         raise ConfigError("--out writes one receipt here; a batch or a queue writes one per subject under receipts_dir")
     subjects = [subject] if subject else []
     if subjects_file:
-        try:
-            lines = Path(subjects_file).read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise ConfigError(f"cannot read {subjects_file}: {exc.strerror or exc}") from exc
+        lines = _read_subjects_file(subjects_file)
         subjects = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
     if queue:
         from tombstone.workers import enqueue
@@ -165,6 +162,20 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
     click.echo(format_receipt(receipt))
     click.echo(f"receipt: {path}")
     _exit_for([(receipt, path)])
+
+
+def _read_subjects_file(path: str) -> list[str]:
+    """Lines of a subjects file: UTF-8 (with or without a BOM) or UTF-16 with a BOM; anything else is one line."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    try:
+        return data.decode(encoding).splitlines()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 or UTF-16 text (byte {exc.start}); save it as UTF-8, one subject"
+                          " per line") from exc
 
 
 def _count(n: int, noun: str) -> str:
@@ -196,11 +207,14 @@ def _exit_for(done: list[tuple[dict[str, Any], Any]]) -> None:
     from tombstone.receipt.model import Receipt
 
     waiting = [(Receipt.parse(data), path) for data, path in done]
-    waiting = [(r, p) for r, p in waiting if r.needs_action]
+    waiting = [(r, p) for r, p in waiting if r.needs_action or not r.artifacts]
     if not waiting:
         return
     for receipt, path in waiting:
         click.echo(f"ACTION NEEDED for {receipt.subject} ({path}):")
+        if not receipt.artifacts:
+            click.echo("  no artifact is recorded for this subject -- next: check the subject reference"
+                       " (stores written outside the wrappers are not covered)")
         for line in store_lines(receipt):
             if " -- next: " in line:
                 click.echo(f"  {line}")
@@ -281,7 +295,7 @@ def status(subject: str | None, config_path: str | None) -> None:
         if subject:
             arts = tomb.lineage.artifacts_for(tomb.lineage.subject_key(subject))
             if not arts:
-                raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it")
+                raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it")
             rows = [(a.store, a.backend, a.kind, a.artifact_id, a.state) for a in arts]
             click.echo(_table(("store", "backend", "kind", "artifact", "state"), rows))
             return
@@ -311,7 +325,7 @@ def where(subject: str, config_path: str | None) -> None:
     with Tombstone.open(config_path) as tomb:
         scope = tomb.lineage.closure(tomb.lineage.subject_key(subject))
         if not scope:
-            raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it")
+            raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it")
         rows = []
         for art, why in scope:
             edges = tomb.lineage.edges_of(art)

@@ -132,3 +132,12 @@ class SagaError(TombstoneError):
 
 class SubjectBusyError(SagaError):
     """Another process (or worker) is running this subject's saga."""
+
+
+SHOWN_SUBJECT_CHARS = 80
+
+
+def shown(subject: str) -> str:
+    """A subject reference as error messages echo it: quoted, and cut to 80 characters."""
+    text = repr(subject)
+    return text if len(text) <= SHOWN_SUBJECT_CHARS else text[: SHOWN_SUBJECT_CHARS - 4] + "...'"

@@ -50,13 +50,58 @@ def test_batch_equals_single_erasures_with_one_pass_per_store(tmp_path, monkeypa
     assert run("receipt", "verify", str(root / "receipts" / "user-0004.json")).exit_code == 0
 
 
-def test_unknown_subject_in_a_batch_stops_it_before_anything(tmp_path):
+def test_an_unknown_subject_in_a_batch_gets_a_signed_receipt_saying_so_and_the_others_are_erased(tmp_path):
+    import json
+
+    from tombstone.receipt import Receipt
+
     root = tmp_path / "d"
     assert run("demo", "--workdir", str(root), "--backends", "docstore", "--erase", "none").exit_code == 0
     listing = tmp_path / "subjects.txt"
     listing.write_text("user-0001\nnobody\n")
-    err = one_line_error(run("erase", "--subjects-file", str(listing), "--config", str(root / "tombstone.toml")), 2)
-    assert "unknown subject 'nobody'" in err
-    assert "no erasure has been run" in run("status", "--config", str(root / "tombstone.toml")).output
-    one_line_error(run("erase", "--config", str(root / "tombstone.toml")), 2)
-    one_line_error(run("erase", "user-0001", "--subjects-file", str(listing), "--config", str(root / "tombstone.toml")), 2)
+    result = run("erase", "--subjects-file", str(listing), "--config", str(root / "tombstone.toml"))
+    assert result.exit_code == 3, result.output  # a person should check the reference that matched nothing
+    assert "no artifact is recorded for this subject" in result.output
+    erased = Receipt.load(root / "receipts" / "user-0001.json")
+    assert {a.status.value for a in erased.artifacts} == {"VERIFIED"}
+    unknown = Receipt.load(root / "receipts" / "nobody.json")
+    assert unknown.artifacts == () and "records no artifact" in unknown.statement
+    assert "outside Tombstone's wrappers are not covered" in unknown.statement
+    assert unknown.sequence in (1, 2) and {erased.sequence, unknown.sequence} == {1, 2}  # both in the chain
+    key = str(root / "keys" / "signing.pub")
+    assert run("receipt", "verify", str(root / "receipts" / "nobody.json"), "--key", key).exit_code == 0
+
+
+def test_bad_batch_input_is_one_line(tmp_path):
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--backends", "docstore", "--erase", "none").exit_code == 0
+    config = str(root / "tombstone.toml")
+    listing = tmp_path / "subjects.txt"
+    listing.write_text("user-0001\n")
+    one_line_error(run("erase", "--config", config), 2)
+    one_line_error(run("erase", "user-0001", "--subjects-file", str(listing), "--config", config), 2)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nobody this week\n")
+    one_line_error(run("erase", "--subjects-file", str(empty), "--config", config), 2)
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"user-0001\n\xff\xfe\x00\x9c bad")
+    err = one_line_error(run("erase", "--subjects-file", str(binary), "--config", config), 2)
+    assert "not UTF-8 or UTF-16" in err
+    assert "no erasure has been run" in run("status", "--config", config).output
+
+
+def test_a_utf16_subjects_file_is_read(tmp_path):
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--backends", "docstore", "--subjects", "2", "--erase", "none").exit_code == 0
+    listing = tmp_path / "subjects.txt"
+    listing.write_bytes("user-0001\r\nuser-0002\r\n".encode("utf-16"))  # what a Windows editor saves, with a BOM
+    result = run("erase", "--subjects-file", str(listing), "--config", str(root / "tombstone.toml"))
+    assert result.exit_code == 0, result.output
+    assert "2 subjects erased in one batch" in result.output
+
+
+def test_a_long_subject_is_cut_in_errors(tmp_path):
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--backends", "docstore", "--erase", "none").exit_code == 0
+    err = one_line_error(run("erase", "x" * 5000, "--config", str(root / "tombstone.toml")), 2)
+    assert len(err) < 200 and "xxxx...'" in err

@@ -60,9 +60,10 @@ def summary(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 
 def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, finished_at: str,
-                 entries: Sequence[Mapping[str, Any]], previous_receipt_hash: str | None) -> dict[str, Any]:
+                 entries: Sequence[Mapping[str, Any]], previous_receipt_hash: str | None,
+                 statement: str | None = None) -> dict[str, Any]:
     """The body that is hashed and signed: everything but ``receipt_hash`` and ``signature``."""
-    return {
+    body = {
         "schema_version": SCHEMA_VERSION,
         "kind": RECEIPT_KIND,
         "subject": subject,
@@ -76,6 +77,9 @@ def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, 
         "summary": summary(entries),
         "previous_receipt_hash": previous_receipt_hash,
     }
+    if statement:
+        body["statement"] = statement
+    return body
 
 
 def pretty(receipt: Mapping[str, Any]) -> bytes:

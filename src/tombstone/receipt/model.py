@@ -93,6 +93,8 @@ class Receipt:
     previous_receipt_hash: str | None
     receipt_hash: str
     key_id: str
+    statement: str | None = None
+    """A statement about the erasure as a whole (e.g. no artifact recorded for the subject)."""
 
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> "Receipt":
@@ -118,7 +120,7 @@ class Receipt:
             artifacts=tuple(entries),
             out_of_scope=tuple((item["what"], item["reason"]) for item in data["out_of_scope"]),
             summary=dict(data["summary"]), previous_receipt_hash=data["previous_receipt_hash"],
-            receipt_hash=data["receipt_hash"], key_id=data["signature"]["key_id"])
+            receipt_hash=data["receipt_hash"], key_id=data["signature"]["key_id"], statement=data.get("statement"))
 
     @classmethod
     def load(cls, path: str | Path) -> "Receipt":

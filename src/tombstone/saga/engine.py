@@ -28,6 +28,7 @@ from tombstone.errors import (
     ScopeViolationError,
     TombstoneError,
     UnknownSubjectError,
+    shown,
 )
 from tombstone.capabilities import Capability
 from tombstone.faults import kill_point
@@ -41,6 +42,8 @@ from tombstone.verify import runner
 from tombstone.verify.levels import StatusKind, decide
 
 STEPS = ("suppress", "reclaim", "verify", "receipt")
+NOTHING_RECORDED = ("the lineage db records no artifact for this subject, so nothing was erased; stores written"
+                    " outside Tombstone's wrappers are not covered by this receipt")
 STORE_STEPS = ("suppress", "reclaim", "verify")
 
 
@@ -90,7 +93,7 @@ class Saga:
         key = ctx.lineage.subject_key(subject)
         scope = ctx.lineage.closure(key)
         if not scope:
-            raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it",
+            raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it",
                                       subject=subject)
         if artifacts is not None:
             known = {(a.store, a.artifact_id): (a, why) for a, why in scope}
@@ -98,7 +101,7 @@ class Saga:
             if outside:
                 store, aid = outside[0]
                 raise ScopeViolationError(
-                    f"artifact {aid} in store {store} is not in {subject!r}'s lineage graph (another subject's, or unknown)",
+                    f"artifact {aid} in store {store} is not in {shown(subject)}'s lineage graph (another subject's, or unknown)",
                     store=store, subject=subject)
             scope = [known[tuple(pair)] for pair in artifacts]
         # One saga per subject at a time: taken before looking for a running saga, so two processes
@@ -107,6 +110,27 @@ class Saga:
         lock.acquire(subject=subject, wait=wait)
         try:
             return cls._start_locked(ctx, subject, key, scope, out_path, lock, frozenset(allow_missing))
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def start_unknown(cls, owner: Any, subject: str) -> "Saga":
+        """A saga for a subject the lineage db records nothing for: its receipt says so, signed and chained,
+        so a batch can account for every subject it was given."""
+        ctx = _context(owner)
+        if not subject or not subject.strip():
+            raise UnknownSubjectError("subject reference is empty")
+        key = ctx.lineage.subject_key(subject)
+        lock = SubjectLock(ctx.lineage, key)
+        lock.acquire(subject=subject)
+        try:
+            running = ctx.lineage.running_saga(key)
+            if running is not None:
+                return cls(ctx, running["saga_id"], subject, running["out_path"], lock)
+            saga_id = str(uuid.uuid4())
+            ctx.lineage.create_saga(saga_id, subject, None, plan={"artifacts": []})
+            return cls(ctx, saga_id, subject, None, lock)
         except BaseException:
             lock.release()
             raise
@@ -278,7 +302,8 @@ class Saga:
                                               suppression=sup, reclaim=rec))
         body = receipt_body(subject=self.subject, saga_id=self.saga_id, sequence=(head[0] if head else 0) + 1,
                             started_at=saga["started_at"], finished_at=iso(self.ctx.clock()), entries=entries,
-                            previous_receipt_hash=head[1] if head else None)
+                            previous_receipt_hash=head[1] if head else None,
+                            statement=None if entries else NOTHING_RECORDED)
         receipt = sign(body, self.ctx.signer())
         data = canonical_bytes(receipt)
         out = Path(self.out_path) if self.out_path else self.ctx.receipt_path(self.subject)

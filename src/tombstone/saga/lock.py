@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tombstone.errors import SubjectBusyError
+from tombstone.errors import SubjectBusyError, shown
 
 __all__ = ["SubjectBusyError", "SubjectLock"]
 
@@ -27,7 +27,7 @@ class SubjectLock:
         while not self._lock.try_acquire():
             if time.monotonic() >= deadline:
                 raise SubjectBusyError(
-                    f"subject {subject!r} is being erased by another process ({self._lock.owner()});"
+                    f"subject {shown(subject)} is being erased by another process ({self._lock.owner()});"
                     " wait for it to finish, or run 'tombstone resume' later", subject=subject)
             time.sleep(0.1)
 
