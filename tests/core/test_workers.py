@@ -80,7 +80,7 @@ def survivors(config, refs: list[str]) -> dict[str, list]:
     con = sqlite3.connect(config.stores["docs"].options["path"])
     docs = sorted(con.execute(f"SELECT id, text FROM documents WHERE id IN ({','.join('?' * len(ids))})", ids).fetchall())
     con.close()
-    chunk_ids = [c for ref in refs for c in demo._chunks(ref)[0]]
+    chunk_ids = [c for ref in refs for c in demo.demo_chunks(ref)[0]]
     opts = config.stores["pg"].options
     with psycopg.connect(opts["dsn"]) as conn:
         pg = sorted(conn.execute(f"SELECT id, document, embedding::text FROM {opts['table']} WHERE id = ANY(%s)",
