@@ -57,3 +57,15 @@ def write_docs(tomb: Tombstone, subject: str, n: int, *, prefix: str | None = No
     finally:
         store.close()
     return ids
+
+
+def raising_stub(obj, exc: BaseException):
+    """A stand-in for a vendor client object whose every public method raises ``exc`` (for a
+    conformance env's ``vendor_failure``: patch it over the client the adapter holds)."""
+    from unittest import mock
+
+    stub = mock.NonCallableMock(spec=obj)
+    for name in dir(type(obj)):
+        if not name.startswith("_") and callable(getattr(type(obj), name, None)):
+            getattr(stub, name).side_effect = exc
+    return stub

@@ -27,6 +27,7 @@ from tombstone.lineage.db import ArtifactRecord, LineageDB
 from tombstone.verify.levels import Level
 
 from .attribution import current
+from .hooks import ExactCacheHooks
 
 BACKEND = "exact_cache"
 TABLE = "tombstone_llm_cache"
@@ -74,7 +75,7 @@ class TombstoneSQLiteCache(SQLAlchemyCache):
                 session.merge(row)
 
 
-class ExactCacheAdapter(Adapter):
+class ExactCacheAdapter(ExactCacheHooks, Adapter):
     """Options: ``path`` (the SQLite file), ``secure_delete`` (bool, optional)."""
 
     backend = BACKEND
@@ -92,6 +93,10 @@ class ExactCacheAdapter(Adapter):
         if options.get("secure_delete") is not None:
             self.conn.execute(f"PRAGMA secure_delete={'ON' if options['secure_delete'] else 'OFF'}")
 
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """SQLite's errors, and OSError from the database file itself."""
+        return (sqlite3.Error, OSError)
+
     def close(self) -> None:
         self.conn.close()
 
@@ -99,10 +104,7 @@ class ExactCacheAdapter(Adapter):
         return [a.artifact_id for a in artifacts]
 
     def _delete(self, ids: list[str]) -> int:
-        try:
-            return sum(self.conn.execute(f"DELETE FROM {TABLE} WHERE entry_id = ?", (i,)).rowcount for i in ids)
-        except sqlite3.DatabaseError as exc:
-            raise StoreUnavailableError(f"cache delete failed: {exc}", store=self.store) from exc
+        return sum(self.conn.execute(f"DELETE FROM {TABLE} WHERE entry_id = ?", (i,)).rowcount for i in ids)
 
     def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         # A cache has no hide state: suppression is deletion, and a miss only costs a recomputation.
@@ -115,13 +117,10 @@ class ExactCacheAdapter(Adapter):
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         deleted = self._delete(self._ids(artifacts))
         kill_point("reclaim:exact_cache:after-delete")
-        try:
-            mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
-            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            self.conn.execute("VACUUM")
-            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.DatabaseError as exc:
-            raise StoreUnavailableError(f"cache VACUUM failed: {exc}", store=self.store) from exc
+        mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.conn.execute("VACUUM")
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return {"steps": ["DELETE (again, idempotent)", "VACUUM"], "rows_deleted": deleted, "journal_mode": mode,
                 "secure_delete": bool(self.conn.execute("PRAGMA secure_delete").fetchone()[0])}
 

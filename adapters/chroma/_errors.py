@@ -1,4 +1,5 @@
-"""Chroma's exceptions, mapped to Tombstone's at the adapter boundary."""
+"""Chroma's exceptions, mapped to Tombstone's in the app-facing wrapper (the adapter's are mapped by
+``Adapter.map_vendor_error``)."""
 
 from __future__ import annotations
 

@@ -17,13 +17,13 @@ import numpy as np
 from tombstone.faults import kill_point
 from tombstone.capture.vector import normalised_fingerprint
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
 
-from ._errors import mapped
 from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection
+from .hooks import ChromaHooks
 
 REWRITE_SUFFIX = "-tombstone-rewrite"
 _UUID_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -65,7 +65,7 @@ def zero_past(path: Path, keep: int) -> int:
     return size - keep
 
 
-class ChromaAdapter(Adapter):
+class ChromaAdapter(ChromaHooks, Adapter):
     """Options: ``path`` (the persist directory), ``collection`` (its name) and, optionally, ``id_key``:
     a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
 
@@ -80,10 +80,25 @@ class ChromaAdapter(Adapter):
         self.name = str(options["collection"])
         if not (self.path / "chroma.sqlite3").is_file():
             raise StoreUnavailableError(f"no Chroma persist directory at {self.path}", store=store, retryable=False)
-        with mapped(store):
-            self.client = chromadb.PersistentClient(path=str(self.path))
+        self.client = chromadb.PersistentClient(path=str(self.path))
         self._col = None
         self.collection()  # fail now, with one line, if the collection is missing
+
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """Chroma's errors, SQLite's (reclaim opens ``chroma.sqlite3`` itself) and OSError from the
+        persist directory (reclaim rewrites segment files; the physical probe lists them)."""
+        import chromadb.errors
+
+        return (chromadb.errors.ChromaError, sqlite3.Error, OSError)
+
+    def map_vendor_error(self, exc: BaseException) -> TombstoneError:
+        """As the base, but a NotFoundError (a collection or segment gone) is not retryable."""
+        import chromadb.errors
+
+        error = super().map_vendor_error(exc)
+        if isinstance(exc, chromadb.errors.NotFoundError):
+            error.retryable = False
+        return error
 
     # -- the collection, including one left mid-rewrite ---------------------------------------
 
@@ -98,17 +113,16 @@ class ChromaAdapter(Adapter):
     def collection(self):
         if self._col is not None:
             return self._col
-        with mapped(self.store):
-            col = self._get(self.name)
-            if col is None:
-                rewrite = self._get(self.name + REWRITE_SUFFIX)
-                if rewrite is None:
-                    raise StoreUnavailableError(f"no collection {self.name!r} in {self.path}", store=self.store,
-                                                retryable=False)
-                # Killed after the original was dropped: the rewrite is complete (it is only
-                # dropped once the copy was checked), so finishing means renaming it.
-                rewrite.modify(name=self.name)
-                col = rewrite
+        col = self._get(self.name)
+        if col is None:
+            rewrite = self._get(self.name + REWRITE_SUFFIX)
+            if rewrite is None:
+                raise StoreUnavailableError(f"no collection {self.name!r} in {self.path}", store=self.store,
+                                            retryable=False)
+            # Killed after the original was dropped: the rewrite is complete (it is only
+            # dropped once the copy was checked), so finishing means renaming it.
+            rewrite.modify(name=self.name)
+            col = rewrite
         self._col = col
         return col
 
@@ -123,9 +137,8 @@ class ChromaAdapter(Adapter):
     def _existing(self, ids: list[str]) -> list[str]:
         col = self.collection()
         found: list[str] = []
-        with mapped(self.store):
-            for start in range(0, len(ids), _PAGE):
-                found += col.get(ids=ids[start : start + _PAGE], include=[])["ids"]
+        for start in range(0, len(ids), _PAGE):
+            found += col.get(ids=ids[start : start + _PAGE], include=[])["ids"]
         return found
 
     # -- suppress / delete --------------------------------------------------------------------
@@ -133,28 +146,25 @@ class ChromaAdapter(Adapter):
     def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         present = self._existing(self._ids(artifacts))
         col = self.collection()
-        with mapped(self.store):
-            for start in range(0, len(present), _PAGE):
-                batch = present[start : start + _PAGE]
-                col.update(ids=batch, metadatas=[{SUPPRESSED: True} for _ in batch])
+        for start in range(0, len(present), _PAGE):
+            batch = present[start : start + _PAGE]
+            col.update(ids=batch, metadatas=[{SUPPRESSED: True} for _ in batch])
         return {"mechanism": f"metadata {SUPPRESSED}=true + filter on every wrapper query path",
                 "records_flagged": len(present)}
 
     def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
         present = self._existing(self._ids(artifacts))
-        with mapped(self.store):
-            if present:
-                self.collection().delete(ids=present)
+        if present:
+            self.collection().delete(ids=present)
 
     # -- reclaim ------------------------------------------------------------------------------
 
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         present = self._existing(self._ids(artifacts))
-        with mapped(self.store):
-            if present:
-                self.collection().delete(ids=present)
-            kill_point("reclaim:chroma:after-delete")
-            rewrite = self._rewrite()
+        if present:
+            self.collection().delete(ids=present)
+        kill_point("reclaim:chroma:after-delete")
+        rewrite = self._rewrite()
         kill_point("reclaim:chroma:after-rewrite")
         zeroed = self._zero_hnsw_tails()
         purged = self._purge_queue()
@@ -303,34 +313,33 @@ class ChromaAdapter(Adapter):
         col = self.collection()
         view = TombstoneCollection(col, lineage=None, store=self.store)
         probe_vectors = probe_vectors or {}
-        with mapped(self.store):
-            count = col.count()
-            sample = col.get(limit=1, include=["embeddings"]) if count else None
-            dim = len(sample["embeddings"][0]) if sample and len(sample["ids"]) else None
-            searchers = {"raw": self._searcher(col), "wrapper": self._searcher(view)}
-            results = {}
-            for art in artifacts:
-                aid = art.artifact_id
-                paths: dict[str, bool] = {
-                    "raw.get(ids)": aid in col.get(ids=[aid], include=[])["ids"],
-                    "wrapper.get(ids)": aid in view.get(ids=[aid], include=[])["ids"],
-                    "wrapper.peek": aid in view.peek(limit=TOP_K)["ids"],
-                }
-                id_key = self.options.get("id_key")
-                if id_key:
-                    paths[f"raw.get(where {id_key})"] = aid in col.get(where={id_key: aid}, include=[])["ids"]
-                    paths[f"wrapper.get(where {id_key})"] = aid in view.get(where={id_key: aid}, include=[])["ids"]
-                queries = [(label, fit_dim(v, dim)) for label, v in
-                           probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []
-                paths.update(nearest_paths(aid, queries, searchers, min(TOP_K, count)))
-                returned = sorted(p for p, hit in paths.items() if hit)
-                results[aid] = ProbeResult(
-                    level=Level.LOGICAL,
-                    passed=not returned,
-                    measurement=f"returned by {', '.join(returned)}" if returned else None,
-                    evidence={"paths": sorted(paths), "returned_by": returned,
-                              "probe_vectors": len(queries), "collection_count": count},
-                )
+        count = col.count()
+        sample = col.get(limit=1, include=["embeddings"]) if count else None
+        dim = len(sample["embeddings"][0]) if sample and len(sample["ids"]) else None
+        searchers = {"raw": self._searcher(col), "wrapper": self._searcher(view)}
+        results = {}
+        for art in artifacts:
+            aid = art.artifact_id
+            paths: dict[str, bool] = {
+                "raw.get(ids)": aid in col.get(ids=[aid], include=[])["ids"],
+                "wrapper.get(ids)": aid in view.get(ids=[aid], include=[])["ids"],
+                "wrapper.peek": aid in view.peek(limit=TOP_K)["ids"],
+            }
+            id_key = self.options.get("id_key")
+            if id_key:
+                paths[f"raw.get(where {id_key})"] = aid in col.get(where={id_key: aid}, include=[])["ids"]
+                paths[f"wrapper.get(where {id_key})"] = aid in view.get(where={id_key: aid}, include=[])["ids"]
+            queries = [(label, fit_dim(v, dim)) for label, v in
+                       probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []
+            paths.update(nearest_paths(aid, queries, searchers, min(TOP_K, count)))
+            returned = sorted(p for p, hit in paths.items() if hit)
+            results[aid] = ProbeResult(
+                level=Level.LOGICAL,
+                passed=not returned,
+                measurement=f"returned by {', '.join(returned)}" if returned else None,
+                evidence={"paths": sorted(paths), "returned_by": returned,
+                          "probe_vectors": len(queries), "collection_count": count},
+            )
         return results
 
     def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:

@@ -14,9 +14,10 @@ from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 
 from .store import BACKEND, DocStore
+from .hooks import DocstoreHooks
 
 
-class DocstoreAdapter(Adapter):
+class DocstoreAdapter(DocstoreHooks, Adapter):
     """Options: ``path`` (the SQLite file, required), ``secure_delete`` (bool, optional)."""
 
     backend = BACKEND
@@ -31,6 +32,12 @@ class DocstoreAdapter(Adapter):
         self.docs = DocStore(
             options["path"], store=store, secure_delete=options.get("secure_delete"), create=False
         )
+
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """SQLite's errors, and OSError from the database file itself (reclaim reads its size)."""
+        import sqlite3
+
+        return (sqlite3.Error, OSError)
 
     def close(self) -> None:
         self.docs.close()

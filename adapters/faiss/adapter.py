@@ -17,9 +17,10 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
 
 from .store import BACKEND, FaissStore
+from .hooks import FaissHooks
 
 
-class FaissAdapter(Adapter):
+class FaissAdapter(FaissHooks, Adapter):
     """Options: ``path`` (the store directory)."""
 
     backend = BACKEND
@@ -30,6 +31,10 @@ class FaissAdapter(Adapter):
         super().__init__(store, options)
         self.require("path")
         self.faiss = FaissStore(options["path"], store=store, create=False)
+
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """faiss raises its C++ exceptions as RuntimeError; OSError comes from the store directory."""
+        return (RuntimeError, OSError)
 
     @property
     def writable(self) -> bool:

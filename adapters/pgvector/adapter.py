@@ -1,17 +1,19 @@
 """Adapter for pgvector: tombstoned column, DELETE + REINDEX + VACUUM FULL + ANALYZE, relation-file scan.
 
-The physical probe reads the table's relation files through ``pg_read_binary_file`` (heap, TOAST, every
-index, every 1 GB segment), after a CHECKPOINT when the role may run one, and scans them in one pass.
-Because a byte scan cannot see compressed values, it also checks the planner statistics
-(``pg_stats``), which keep sample values of every column and survive VACUUM FULL until the next ANALYZE.
+The physical probe is the shared one (``tombstone.verify.physical``) over the table's relation files,
+which ``physical_snapshot`` copies through ``pg_read_binary_file`` (heap, TOAST, every index, every 1 GB
+segment) after a CHECKPOINT. Because a byte scan cannot see compressed values, ``physical_extra`` also
+checks the planner statistics (``pg_stats``), which keep sample values of every column and survive
+VACUUM FULL until the next ANALYZE.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +22,21 @@ import psycopg
 from psycopg import sql
 
 from tombstone.faults import kill_point
-from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
+from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult
+from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
-from tombstone.verify.physical import scan_files
 
 from .server import connect, dsn_from
 from .store import BACKEND, TOMBSTONED, PgVectorStore
+from .hooks import PgVectorHooks
 
 READ_FUNCTION = "pg_read_binary_file(text, bigint, bigint, boolean)"
 _CHUNK = 64 * 1024 * 1024
 
 
-class PgVectorAdapter(Adapter):
+class PgVectorAdapter(PgVectorHooks, Adapter):
     """Options: ``dsn`` (your server) or ``data_dir`` (embedded server), ``table``, optional ``schema``,
     ``id_column``, ``document_column``, ``metadata_column``, ``embedding_column``, ``distance``."""
 
@@ -55,11 +57,17 @@ class PgVectorAdapter(Adapter):
     def close(self) -> None:
         self.conn.close()
 
-    def _run(self, query, params=None):
-        try:
-            return self.conn.execute(query, params)
-        except psycopg.Error as exc:
-            raise StoreUnavailableError(f"pgvector: {exc}".strip(), store=self.store) from exc
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """psycopg's errors: every error the server reports, and a lost connection."""
+        return (psycopg.Error,)
+
+    def map_vendor_error(self, exc: BaseException) -> TombstoneError:
+        """As the base, but errors retrying cannot fix (a missing privilege, table or column: SQLSTATE
+        class 42; a feature the server lacks) are not retryable."""
+        error = super().map_vendor_error(exc)
+        if isinstance(exc, (psycopg.ProgrammingError, psycopg.NotSupportedError)):
+            error.retryable = False
+        return error
 
     @staticmethod
     def _ids(artifacts: Sequence[ArtifactRecord]) -> list[str]:
@@ -72,33 +80,34 @@ class PgVectorAdapter(Adapter):
     # -- suppress / delete --------------------------------------------------------------------
 
     def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
-        cur = self._run(sql.SQL("UPDATE {} SET {} = true WHERE {} = ANY(%s)").format(
+        cur = self.conn.execute(sql.SQL("UPDATE {} SET {} = true WHERE {} = ANY(%s)").format(
             self.table, self.c["tombstoned"], self.c["id"]), (self._ids(artifacts),))
         return {"mechanism": f"{TOMBSTONED} column in the WHERE clause of every wrapper query + post-filter",
                 "rows_marked": cur.rowcount}
 
     def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
-        self._run(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(self.table, self.c["id"]), (self._ids(artifacts),))
+        self.conn.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(self.table, self.c["id"]),
+                          (self._ids(artifacts),))
 
     # -- reclaim ------------------------------------------------------------------------------
 
     def _oid(self) -> int:
-        return self._run("SELECT %s::regclass::oid", (self.table.as_string(self.conn),)).fetchone()[0]
+        return self.conn.execute("SELECT %s::regclass::oid", (self.table.as_string(self.conn),)).fetchone()[0]
 
     def _indexes(self) -> list[sql.Composable]:
-        rows = self._run(
+        rows = self.conn.execute(
             "SELECT n.nspname, c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
             " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.indrelid = %s ORDER BY c.relname",
             (self._oid(),)).fetchall()
         return [sql.Identifier(schema, name) for schema, name in rows]
 
     def _may_maintain(self) -> bool:
-        return self._run("SELECT has_table_privilege(%s::regclass, 'MAINTAIN')",
-                         (self.table.as_string(self.conn),)).fetchone()[0]
+        return self.conn.execute("SELECT has_table_privilege(%s::regclass, 'MAINTAIN')",
+                                 (self.table.as_string(self.conn),)).fetchone()[0]
 
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
-        deleted = self._run(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(self.table, self.c["id"]),
-                            (self._ids(artifacts),)).rowcount
+        deleted = self.conn.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(self.table, self.c["id"]),
+                                    (self._ids(artifacts),)).rowcount
         if not self._may_maintain():
             raise ReclaimUnavailableError(
                 f"deleted {deleted} row(s), but role {self.role} may not VACUUM, REINDEX or ANALYZE"
@@ -107,7 +116,7 @@ class PgVectorAdapter(Adapter):
         steps = ["DELETE"]
         kill_point("reclaim:pgvector:after-delete")
         for index in self._indexes():
-            self._run(sql.SQL("REINDEX INDEX {}").format(index))
+            self.conn.execute(sql.SQL("REINDEX INDEX {}").format(index))
         steps.append("REINDEX INDEX (each index)")
         vacuum_full = True
         try:
@@ -115,15 +124,15 @@ class PgVectorAdapter(Adapter):
             steps.append("VACUUM FULL")
         except psycopg.Error as exc:
             vacuum_full = False
-            self._run(sql.SQL("VACUUM {}").format(self.table))
+            self.conn.execute(sql.SQL("VACUUM {}").format(self.table))
             for index in self._indexes():
-                self._run(sql.SQL("REINDEX INDEX {}").format(index))
+                self.conn.execute(sql.SQL("REINDEX INDEX {}").format(index))
             steps += [f"VACUUM FULL denied ({exc.sqlstate}): VACUUM", "REINDEX INDEX (each index)"]
         kill_point("reclaim:pgvector:after-vacuum")
         # Statistics are rebuilt from the survivors: the old ones sample erased values.
-        self._run(sql.SQL("ANALYZE {}").format(self.table))
+        self.conn.execute(sql.SQL("ANALYZE {}").format(self.table))
         steps.append("ANALYZE")
-        if self._run(sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(self.table)).fetchone()[0]:
+        if self.conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(self.table)).fetchone()[0]:
             # ANALYZE samples no row of an empty table and then leaves the old statistics in place —
             # sample values of the rows just erased. Only a superuser may drop them.
             try:
@@ -145,9 +154,10 @@ class PgVectorAdapter(Adapter):
 
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         probe_vectors = probe_vectors or {}
-        dim = self._run(sql.SQL("SELECT vector_dims({}) FROM {} LIMIT 1").format(self.c["embedding"], self.table)).fetchone()
+        dim = self.conn.execute(sql.SQL("SELECT vector_dims({}) FROM {} LIMIT 1").format(
+            self.c["embedding"], self.table)).fetchone()
         dim = dim[0] if dim else None
-        total = self._run(sql.SQL("SELECT count(*) FROM {}").format(self.table)).fetchone()[0]
+        total = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self.table)).fetchone()[0]
 
         def searcher(raw: bool):
             def search(vectors: np.ndarray, k: int):
@@ -186,7 +196,7 @@ class PgVectorAdapter(Adapter):
     def _relations(self) -> list[tuple[str, str]]:
         """(name, data-directory-relative path) of the heap, its TOAST table and index, and every index."""
         oid = self._oid()
-        rows = self._run(
+        rows = self.conn.execute(
             "SELECT c.relname, pg_relation_filepath(c.oid) FROM pg_class c WHERE c.oid = %s"
             " OR c.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = %s)"
             " OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN"
@@ -205,8 +215,8 @@ class PgVectorAdapter(Adapter):
                 offset, wrote = 0, False
                 with open(local, "wb") as fh:
                     while True:
-                        data = self._run("SELECT pg_read_binary_file(%s, %s, %s, true)",
-                                         (remote, offset, _CHUNK)).fetchone()[0]
+                        data = self.conn.execute("SELECT pg_read_binary_file(%s, %s, %s, true)",
+                                                 (remote, offset, _CHUNK)).fetchone()[0]
                         if not data:
                             break
                         fh.write(data)
@@ -223,7 +233,7 @@ class PgVectorAdapter(Adapter):
 
     def _stats_values(self) -> dict[str, list[str]]:
         """Column → sample values the planner keeps (most common values and histogram bounds)."""
-        rows = self._run(
+        rows = self.conn.execute(
             "SELECT attname, v FROM pg_stats, LATERAL unnest(coalesce(most_common_vals::text::text[], '{}')"
             " || coalesce(histogram_bounds::text::text[], '{}')) AS v"
             " WHERE schemaname = coalesce(%s, current_schema()) AND tablename = %s",
@@ -233,15 +243,17 @@ class PgVectorAdapter(Adapter):
             out.setdefault(column, []).append(value)
         return out
 
-    def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
+    @contextlib.contextmanager
+    def physical_snapshot(self) -> Iterator[dict[Path, str]]:
+        """The table's relation files, copied through ``pg_read_binary_file`` after a CHECKPOINT into a
+        temporary folder that is removed afterwards; each labelled by relation name and server path."""
         role = self.role
-        may_read = self._run("SELECT has_function_privilege(%s, 'EXECUTE')", (READ_FUNCTION,)).fetchone()[0]
+        may_read = self.conn.execute("SELECT has_function_privilege(%s, 'EXECUTE')", (READ_FUNCTION,)).fetchone()[0]
         if not may_read:
             raise PhysicalUnsupportedError(
                 f"managed: role {role} cannot read relation files, so no physical check is possible;"
                 f" ask the DBA for: GRANT EXECUTE ON FUNCTION {READ_FUNCTION} TO {role};", store=self.store)
-        checkpoint = self._checkpoint()
-        if checkpoint != "done":
+        if self._checkpoint() != "done":
             # Without a checkpoint the files can lag the server's memory: rows written or deleted a
             # moment ago may not be on disk yet, so absence in the files would prove nothing.
             raise PhysicalUnsupportedError(
@@ -251,52 +263,39 @@ class PgVectorAdapter(Adapter):
         try:
             try:
                 copied = self._copy_relations(tmp)
-            except StoreUnavailableError as exc:
+            except psycopg.Error as exc:
                 if "permission denied" in str(exc):
-                    raise PhysicalUnsupportedError(f"managed: {exc}", store=self.store) from exc
+                    raise PhysicalUnsupportedError(f"managed: pgvector: {exc}".strip(), store=self.store) from exc
                 raise
-            patterns = {}
-            per_artifact = {a.artifact_id: self.physical_patterns(a) for a in artifacts}
-            for aid, pats in per_artifact.items():
-                for kind, pattern in pats.items():
-                    patterns[f"{kind}\x00{aid}"] = pattern
-            report = scan_files(list(copied), patterns)
+            yield copied
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
+        """The planner statistics (``pg_stats``): sample values survive VACUUM FULL until the next ANALYZE,
+        and a byte scan cannot see values PostgreSQL compressed."""
         stats = self._stats_values()
         document_values = stats.get(self.pg.cols["document"], [])
         doc_hashes = {hashlib.sha256(v.encode("utf-8")).hexdigest() for v in document_values}
         dead = self._dead_tuples()
-        results = {}
+        out = {}
         for art in artifacts:
-            kinds = per_artifact[art.artifact_id]
-            id_hits = [h for k in kinds if k.startswith("id") for h in report.found(f"{k}\x00{art.artifact_id}")]
-            content_hits = [h for k in kinds if k.startswith("content") for h in report.found(f"{k}\x00{art.artifact_id}")]
             stats_id = sorted(col for col, values in stats.items() if any(art.artifact_id in v for v in values))
             stats_content = art.content_hash in doc_hashes
             found = []
-            if id_hits:
-                found.append(f"id found {len(id_hits)}x in {', '.join(sorted({copied[Path(h.file)] for h in id_hits}))}")
-            if content_hits:
-                found.append(f"vector found {len(content_hits)}x in {', '.join(sorted({copied[Path(h.file)] for h in content_hits}))}")
             if stats_id:
                 found.append(f"id in planner statistics of column(s) {', '.join(stats_id)}")
             if stats_content:
                 found.append("content in planner statistics")
-            results[art.artifact_id] = ProbeResult(
-                level=Level.PHYSICAL, passed=not found, measurement="; ".join(found) or None,
-                evidence={"relations_scanned": sorted(set(copied.values())), "bytes_scanned": report.bytes_scanned,
-                          "checkpoint": checkpoint, "id_hits": len(id_hits), "content_hits": len(content_hits),
-                          "statistics_hits": stats_id + (["content"] if stats_content else []),
-                          "dead_tuples": dead,
-                          "out_of_scope": "WAL, base backups and replicas are not read"},
-                id_found=bool(id_hits or stats_id), content_found=bool(content_hits or stats_content),
-            )
-        return results
+            out[art.artifact_id] = ExtraFinding(
+                found=found, id_found=bool(stats_id), content_found=stats_content,
+                evidence={"checkpoint": "done", "statistics_hits": stats_id + (["content"] if stats_content else []),
+                          "dead_tuples": dead, "out_of_scope": "WAL, base backups and replicas are not read"})
+        return out
 
     def _dead_tuples(self) -> Any:
         """pgstattuple's dead-tuple count when the extension is installed (evidence, not the decision)."""
-        installed = self._run("SELECT 1 FROM pg_extension WHERE extname = 'pgstattuple'").fetchone()
+        installed = self.conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pgstattuple'").fetchone()
         if not installed:
             return "pgstattuple not installed"
         try:

@@ -9,6 +9,7 @@ and its outcome are evidence on the receipt.
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
@@ -55,16 +56,32 @@ class PineconeAdapter(PineconeHooks, Adapter):
         self.sleep, self.clock = sleep, clock
         self._deleted_at: dict[str, float] = {}
 
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # the SDK's errors, connection errors: mapped at the boundary
-            raise StoreUnavailableError(f"pinecone: {type(exc).__name__}: {exc}".splitlines()[0], store=self.store) from exc
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """The SDK's base exception, a refused or reset connection, and the HTTP transport's own errors
+        (urllib3 in older SDKs, httpx in newer ones), which some versions let through unwrapped."""
+        from pinecone.exceptions import PineconeException
+
+        errors: list[type[BaseException]] = [PineconeException, ConnectionError]
+        for module, name in (("urllib3.exceptions", "HTTPError"), ("httpx", "HTTPError")):
+            try:
+                errors.append(getattr(importlib.import_module(module), name))
+            except ImportError:
+                continue
+        return tuple(errors)
+
+    def map_vendor_error(self, exc: BaseException) -> TombstoneError:
+        """As the base, but what retrying cannot fix is not retryable: a rejected key or request, an index
+        that is not there (HTTP 400, 401, 403, 404, 422) and the SDK's own argument checks."""
+        error = super().map_vendor_error(exc)
+        status = getattr(exc, "status_code", None) or getattr(exc, "status", None)
+        if status in (400, 401, 403, 404, 422) or isinstance(exc, (ValueError, TypeError)):
+            error.retryable = False
+        return error
 
     def _fetch(self, ids: list[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for start in range(0, len(ids), _BATCH):
-            out.update(self._call(self.index.fetch, ids=ids[start : start + _BATCH], namespace=self.namespace).vectors)
+            out.update(self.index.fetch(ids=ids[start : start + _BATCH], namespace=self.namespace).vectors)
         return out
 
     def _wait(self, done: Callable[[], bool]) -> dict[str, Any]:
@@ -87,7 +104,7 @@ class PineconeAdapter(PineconeHooks, Adapter):
     def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         ids = list(self._fetch(self._ids(artifacts)))
         for aid in ids:
-            self._call(self.index.update, id=aid, set_metadata={SUPPRESSED: True}, namespace=self.namespace)
+            self.index.update(id=aid, set_metadata={SUPPRESSED: True}, namespace=self.namespace)
 
         def flagged() -> bool:
             current = self._fetch(ids)
@@ -97,12 +114,12 @@ class PineconeAdapter(PineconeHooks, Adapter):
                 "records_flagged": len(ids), "wait": self._wait(flagged)}
 
     def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
-        self._call(self.index.delete, ids=self._ids(artifacts), namespace=self.namespace)
+        self.index.delete(ids=self._ids(artifacts), namespace=self.namespace)
 
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         ids = self._ids(artifacts)
         for start in range(0, len(ids), _BATCH):
-            self._call(self.index.delete, ids=ids[start : start + _BATCH], namespace=self.namespace)
+            self.index.delete(ids=ids[start : start + _BATCH], namespace=self.namespace)
         now = self.clock()
         self._deleted_at.update({i: now for i in ids})
         probes = {a.artifact_id: a.fingerprint for a in artifacts if a.fingerprint is not None}
@@ -120,20 +137,20 @@ class PineconeAdapter(PineconeHooks, Adapter):
                 "note": "freed storage is not observable from a client of a managed service"}
 
     def _dim(self) -> int:
-        return int(self._call(self.index.describe_index_stats).dimension)
+        return int(self.index.describe_index_stats().dimension)
 
     def _query(self, vector, k: int, flt=None, values: bool = False):
         dim = self._dim()
-        return self._call(self.index.query, vector=fit_dim(np.asarray(vector, dtype=np.float32), dim).tolist(),
-                          top_k=max(1, k), filter=flt, namespace=self.namespace, include_metadata=True,
-                          include_values=values).matches
+        return self.index.query(vector=fit_dim(np.asarray(vector, dtype=np.float32), dim).tolist(),
+                                top_k=max(1, k), filter=flt, namespace=self.namespace, include_metadata=True,
+                                include_values=values).matches
 
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         probe_vectors = probe_vectors or {}
         dim = self._dim()
         view = TombstonePinecone(self.index, namespace=self.namespace, lineage=None, store=self.store)
         fetched_raw = self._fetch(self._ids(artifacts))
-        fetched_view = self._call(view.fetch, self._ids(artifacts))
+        fetched_view = view.fetch(self._ids(artifacts))
 
         def searcher(raw: bool):
             def search(vectors: np.ndarray, k: int):
@@ -142,7 +159,7 @@ class PineconeAdapter(PineconeHooks, Adapter):
                     if raw:
                         matches = self._query(v, k, values=True)
                     else:
-                        matches = self._call(view.query, v.tolist(), top_k=k, include_values=True)
+                        matches = view.query(v.tolist(), top_k=k, include_values=True)
                     ids.append([m.id for m in matches])
                     cands.append(np.asarray([m.values for m in matches], dtype=np.float32))
                 return ids, cands

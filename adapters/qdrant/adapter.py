@@ -25,6 +25,7 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
 
 from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneQdrant, point_id
+from .hooks import QdrantHooks
 
 REWRITE_SUFFIX = "-tombstone-rewrite"
 MARKER = ".tombstone-rewrite.json"
@@ -59,7 +60,7 @@ def pickled_floats(values: Sequence[float]) -> bytes:
     return b"".join(b"G" + struct.pack(">d", float(x)) for x in values)
 
 
-class QdrantAdapter(Adapter):
+class QdrantAdapter(QdrantHooks, Adapter):
     """Options: ``path`` (the local-mode directory) and ``collection``."""
 
     backend = BACKEND
@@ -77,6 +78,13 @@ class QdrantAdapter(Adapter):
         self._finish_rewrite()
         if not self.client.collection_exists(self.name):
             raise StoreUnavailableError(f"no collection {self.name!r} in {self.path}", store=store, retryable=False)
+
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """qdrant_client's API errors, SQLite's (local mode persists each collection in ``storage.sqlite``,
+        which reclaim also opens itself) and OSError from the storage directory."""
+        from qdrant_client.http.exceptions import ApiException
+
+        return (ApiException, sqlite3.Error, OSError)
 
     def view(self) -> TombstoneQdrant:
         return TombstoneQdrant(self.client, self.name, lineage=None, store=self.store)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import zlib
 from pathlib import Path
+from unittest import mock
 
 import chromadb
+import chromadb.errors
 import numpy as np
 import pytest
 
@@ -17,7 +21,7 @@ from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.chroma import SUPPRESSED, TombstoneCollection
 from tombstone_adapters.chroma.adapter import ChromaAdapter, hnsw_header
 
-from conftest import FrozenClock
+from conftest import FrozenClock, raising_stub
 
 DIM = 64
 # Low thresholds so Chroma really writes its HNSW segment files in small tests.
@@ -113,7 +117,18 @@ class TestChromaConformance(AdapterConformance):
 
         adapter = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options)
         return ConformanceEnv(adapter=adapter, write=write_records, survivors=lambda: survivors_snapshot(ctomb),
-                              visible=visible)
+                              visible=visible, vendor_failure=lambda: chroma_failure(adapter))
+
+
+@contextlib.contextmanager
+def chroma_failure(adapter):
+    """Every call into Chroma's Rust bindings raises InternalError; the physical probe reads the persist
+    directory instead, so listing it fails too (EIO)."""
+    server = adapter.client._server
+    unreadable = OSError(errno.EIO, "injected: Input/output error", str(adapter.path))
+    with mock.patch.object(server, "bindings", raising_stub(server.bindings, chromadb.errors.InternalError("injected"))), \
+            mock.patch.object(adapter, "physical_files", side_effect=unreadable):
+        yield
 
 
 def test_capture_records_lineage_and_three_probes(ctomb):

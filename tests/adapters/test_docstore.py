@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import sqlite3
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -36,7 +40,18 @@ class TestDocstoreConformance(AdapterConformance):
         def visible(ids):
             return {d.id for d in adapter.docs.get_many(ids)} | {d.id for d in adapter.docs.all() if d.id in ids}
 
-        return ConformanceEnv(adapter=adapter, write=write, survivors=survivors, visible=visible)
+        @contextlib.contextmanager
+        def vendor_failure():
+            # SQLite fails every statement; the physical probe reads the files instead, so listing them fails too.
+            conn = mock.Mock(spec=sqlite3.Connection, in_transaction=False)
+            conn.execute.side_effect = conn.executemany.side_effect = sqlite3.OperationalError("injected: disk I/O error")
+            unreadable = OSError(errno.EIO, "injected: Input/output error", str(adapter.docs.path))
+            with mock.patch.object(adapter.docs, "_conn", conn), \
+                    mock.patch.object(adapter.docs, "files", side_effect=unreadable):
+                yield
+
+        return ConformanceEnv(adapter=adapter, write=write, survivors=survivors, visible=visible,
+                              vendor_failure=vendor_failure)
 
 
 def test_every_read_path_hides_suppressed(tomb):

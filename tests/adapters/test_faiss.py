@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import zlib
 from pathlib import Path
+from unittest import mock
 
+import faiss
 import numpy as np
 import pytest
 
@@ -81,8 +85,23 @@ class TestFaissConformance(AdapterConformance):
                 found |= {aid for row in s.search(query_embeddings=q, k=10) for aid, _ in row}
             return found & set(ids)
 
-        return ConformanceEnv(adapter=FaissAdapter("vec", ftomb.config.stores["vec"].options), write=write_records,
-                              survivors=lambda: snapshot(ftomb), visible=visible)
+        adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+        return ConformanceEnv(adapter=adapter, write=write_records, survivors=lambda: snapshot(ftomb), visible=visible,
+                              vendor_failure=lambda: faiss_failure(adapter))
+
+
+@contextlib.contextmanager
+def faiss_failure(adapter):
+    """faiss fails as it does, with RuntimeError: searching, reconstructing and serialising the index; the
+    physical probe lists the store directory instead, so that fails too (EIO)."""
+    error = RuntimeError("injected: Error in faiss::Index: std::bad_alloc")
+    index_class = type(adapter.faiss.index)
+    unreadable = OSError(errno.EIO, "injected: Input/output error", str(adapter.faiss.dir))
+    with mock.patch.object(index_class, "search", side_effect=error), \
+            mock.patch.object(index_class, "reconstruct", side_effect=error), \
+            mock.patch.object(faiss, "serialize_index", side_effect=error), \
+            mock.patch.object(adapter.faiss, "files", side_effect=unreadable):
+        yield
 
 
 def test_hnsw_cannot_remove_and_native_delete_leaves_vectors(ftomb):

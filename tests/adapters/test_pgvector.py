@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 import zlib
+from unittest import mock
 
 import numpy as np
 import psycopg
@@ -100,7 +101,13 @@ class TestPgVectorConformance(AdapterConformance):
             store = PgVectorStore(admin, table_of(ptomb))
             return ({r["id"] for r in store.get(ids=list(ids))} | {r["id"] for r in store.get()}) & set(ids)
 
-        return ConformanceEnv(adapter=adapter, write=write_records, survivors=survivors, visible=visible)
+        def vendor_failure():
+            # Every statement on the adapter's connection fails as a dropped connection does.
+            lost = psycopg.OperationalError("injected: server closed the connection unexpectedly")
+            return mock.patch.object(adapter.conn, "execute", side_effect=lost)
+
+        return ConformanceEnv(adapter=adapter, write=write_records, survivors=survivors, visible=visible,
+                              vendor_failure=vendor_failure)
 
 
 def test_every_read_path_hides_tombstoned(ptomb, admin):

@@ -4,19 +4,22 @@ HTTP API (the service cannot be reached from here). The emulator's visibility la
 from __future__ import annotations
 
 import zlib
+from unittest import mock
 
 import numpy as np
 import pytest
 from pinecone import Pinecone
+from pinecone.exceptions import ServiceException
 
 from tombstone import Tombstone, init_deployment
 from tombstone.capture import HashingEmbedder
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.lineage.db import ArtifactRecord
 from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.pinecone import PineconeEmulator, TombstonePinecone
 from tombstone_adapters.pinecone.adapter import PineconeAdapter
 
-from conftest import FrozenClock
+from conftest import FrozenClock, raising_stub
 
 DIM = 32
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
@@ -91,7 +94,13 @@ class TestPineconeConformance(AdapterConformance):
             view = TombstonePinecone(index(emulator), namespace="tenant-a", lineage=None, store="pc")
             return set(view.fetch(list(ids))) & set(ids)
 
-        return ConformanceEnv(adapter=adapter, write=write_records, survivors=survivors, visible=visible)
+        def vendor_failure():
+            # The service answers every data-plane call with 503.
+            unavailable = ServiceException("injected: service unavailable", 503)
+            return mock.patch.object(adapter, "index", raising_stub(adapter.index, unavailable))
+
+        return ConformanceEnv(adapter=adapter, write=write_records, survivors=survivors, visible=visible,
+                              vendor_failure=vendor_failure)
 
 
 def test_lag_within_the_bound_is_unverified_managed_with_a_passing_logical_probe(pctomb, emulator):
@@ -170,5 +179,6 @@ def test_missing_api_key_is_a_clear_error(pctomb, emulator, monkeypatch):
 def test_unreachable_service_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PINECONE_API_KEY", "k")
     adapter = PineconeAdapter("pc", {"host": "http://127.0.0.1:9", "wait_seconds": 0.1})
-    with pytest.raises(StoreUnavailableError, match="pinecone: "):
-        adapter._fetch(["x"])
+    with pytest.raises(StoreUnavailableError, match="pinecone: ") as raised:
+        adapter.suppress([ArtifactRecord("pc", "x", "pinecone", "vector")])
+    assert raised.value.retryable and raised.value.store == "pc"

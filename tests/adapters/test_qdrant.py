@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import pickle
 import sqlite3
 import zlib
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -18,7 +21,7 @@ from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.qdrant import TombstoneQdrant, merge_filter, point_id
 from tombstone_adapters.qdrant.adapter import QdrantAdapter, close_local_clients, local_client, pickled_floats
 
-from conftest import FrozenClock
+from conftest import FrozenClock, raising_stub
 
 DIM = 48
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
@@ -104,7 +107,19 @@ class TestQdrantConformance(AdapterConformance):
 
         adapter = QdrantAdapter("qd", qtomb.config.stores["qd"].options)
         secure_delete_off(adapter)
-        return ConformanceEnv(adapter=adapter, write=write_records, survivors=lambda: stored(qtomb), visible=visible)
+        return ConformanceEnv(adapter=adapter, write=write_records, survivors=lambda: stored(qtomb), visible=visible,
+                              vendor_failure=lambda: qdrant_failure(adapter))
+
+
+@contextlib.contextmanager
+def qdrant_failure(adapter):
+    """Local mode's storage fails (sqlite3.OperationalError) on every call the client makes; the physical
+    probe reads the storage directory instead, so listing it fails too (EIO)."""
+    local = adapter.client._client
+    unreadable = OSError(errno.EIO, "injected: Input/output error", str(adapter.path))
+    with mock.patch.object(adapter.client, "_client", raising_stub(local, sqlite3.OperationalError("injected"))), \
+            mock.patch.object(adapter, "physical_files", side_effect=unreadable):
+        yield
 
 
 def test_merge_filter_keeps_the_callers_conditions():

@@ -12,9 +12,8 @@ import pytest
 from tombstone import Tombstone
 from tombstone.errors import ScopeViolationError
 from tombstone.lineage.db import ArtifactRecord
-from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.caches import TombstoneSQLiteCache, attribution
-from tombstone_adapters.caches.exact import ExactCacheAdapter, entry_id
+from tombstone_adapters.caches.exact import entry_id
 
 from test_cli import run
 
@@ -142,76 +141,3 @@ def test_where_shows_the_graph(graph):
         assert backend in result.output
     assert "chunked_into" not in result.output or True
     assert "exact_cache/llmcache-" in result.output and "chroma/" in result.output
-
-
-class TestExactCacheConformance(AdapterConformance):
-    @pytest.fixture
-    def conformance_env(self, tmp_path):
-        from langchain_core.outputs import Generation
-
-        from tombstone import init_deployment
-
-        config = init_deployment(tmp_path / "c", {"cache": {"backend": "exact_cache", "path": "stores/cache.db"}})
-        tomb = Tombstone(config)
-        path = config.stores["cache"].options["path"]
-        cache = TombstoneSQLiteCache(path, lineage=tomb.lineage, store="cache")
-        counter = iter(range(100_000))
-
-        def write(subject, n):
-            out = []
-            for _ in range(n):
-                i = next(counter)
-                prompt = f"question {i} from {subject}"
-                tomb.lineage.record_artifacts(subject, [ArtifactRecord("src", f"src-{i}", "docstore", "document")])
-                with attribution(subject, [("src", f"src-{i}")]):
-                    cache.update(prompt, "llm", [Generation(text=f"answer {i}")])
-                out.append(tomb.lineage.artifact("cache", entry_id(prompt, "llm")))
-            return out
-
-        def snapshot():
-            con = sqlite3.connect(path)
-            rows = con.execute("SELECT entry_id, prompt, llm, idx, response FROM tombstone_llm_cache").fetchall()
-            con.close()
-            return {r[0]: r[1:] for r in rows}
-
-        def visible(ids):
-            return set(snapshot()) & set(ids)
-
-        # the control needs upstream SQLite's default: a plain DELETE leaves the freed cell in place
-        adapter = ExactCacheAdapter("cache", {**config.stores["cache"].options, "secure_delete": False})
-        yield ConformanceEnv(adapter=adapter, write=write, survivors=snapshot, visible=visible)
-        cache.engine.dispose()
-        tomb.close()
-
-
-def test_semantic_cache_hits_and_deletes_neighbours_at_suppression(tmp_path):
-    import chromadb
-    from langchain_core.outputs import Generation
-
-    from tombstone import init_deployment
-    from tombstone.capture import HashingEmbedder
-    from tombstone_adapters.caches import TombstoneSemanticCache
-    from tombstone_adapters.caches.semantic import SemanticCacheAdapter
-    from tombstone_adapters.caches.semantic import entry_id as sem_id
-
-    config = init_deployment(tmp_path / "s", {"sem": {"backend": "semantic_cache", "path": "stores/sem",
-                                                      "collection": "answers", "neighbours": 1}})
-    path = config.stores["sem"].options["path"]
-    col = chromadb.PersistentClient(path=path).create_collection("answers", embedding_function=None,
-                                                                 metadata={"hnsw:space": "cosine"})
-    with Tombstone(config) as tomb:
-        cache = TombstoneSemanticCache(col, lineage=tomb.lineage, store="sem", embedder=HashingEmbedder(64), threshold=0.2)
-        tomb.lineage.record_artifacts("alice", [ArtifactRecord("docs", "alice-doc", "docstore", "document")])
-        with attribution("alice", [("docs", "alice-doc")]):
-            cache.update("when does my refund for order 1182 arrive", "llm", [Generation(text="Friday")])
-        with attribution("carol", []):
-            cache.update("when does my refund for order 1182 arrive please", "llm", [Generation(text="Friday!")])
-            cache.update("completely different question about shipping labels", "llm", [Generation(text="No")])
-        hit = cache.lookup("when does my refund for order 1182 arrive", "llm")
-        assert hit and hit[0].text == "Friday"
-        evidence = SemanticCacheAdapter("sem", config.stores["sem"].options).suppress(
-            [tomb.lineage.artifact("sem", sem_id("when does my refund for order 1182 arrive", "llm"))])
-        assert evidence["entries_deleted"] == 1
-        assert evidence["neighbours_deleted"] == [sem_id("when does my refund for order 1182 arrive please", "llm")]
-        assert cache.lookup("when does my refund for order 1182 arrive", "llm") is None
-        assert cache.lookup("completely different question about shipping labels", "llm")[0].text == "No"

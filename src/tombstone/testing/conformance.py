@@ -12,18 +12,23 @@ Subclass :class:`AdapterConformance` in a test module and provide one fixture,
 Declared capabilities decide which tests apply. Each test's docstring says what a failure usually
 means. The physical tests always run their control first: the probe must find the bytes before
 erasure, and what the store's own delete leaves behind, or a pass after reclaim proves nothing.
+
+``vendor_failure`` is required: a context manager under which the store's client raises its own
+exception type (``unittest.mock.patch.object`` on the client, or on each vendor function the
+operations call), so the suite can check that only TombstoneErrors leave the adapter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from tombstone.contract import Adapter, Capability
-from tombstone.errors import PhysicalUnsupportedError
+from tombstone.errors import PhysicalUnsupportedError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 
@@ -42,6 +47,10 @@ class ConformanceEnv:
     """Which of the given ids the wrapper's read paths (the app's view) still return."""
     native_delete_leaves_residue: bool = True
     """Whether the store's own delete is expected to leave the bytes behind (the physical control)."""
+    vendor_failure: Callable[[], AbstractContextManager[Any]] | None = None
+    """A context manager under which the store's client raises its own exception type (one of the
+    adapter's ``vendor_errors()``) on every call that suppress, reclaim and the probes make; patch
+    more than one thing if an operation reaches the store another way (e.g. reading its files)."""
 
 
 class AdapterConformance:
@@ -138,6 +147,51 @@ class AdapterConformance:
             results = env.adapter.probe_physical(mine)
             assert all(r.passed for r in results.values()), results
             assert all(not r.passed for r in env.adapter.probe_physical(others).values())
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def test_vendor_failures_leave_only_tombstone_errors(self, env: ConformanceEnv) -> None:
+        """When the store's client fails, every operation raises a TombstoneError naming the backend or
+        the store, caused by the vendor's exception. A raw vendor exception here usually means
+        ``vendor_errors()`` misses a type the client raises; "not caused by the injected failure" means
+        the env's ``vendor_failure`` does not reach that operation (patch what it calls)."""
+        if env.vendor_failure is None:
+            pytest.fail("the conformance env gives no vendor_failure: provide a context manager under which the"
+                        " store's client raises its own exception type (see ConformanceEnv.vendor_failure)")
+        adapter = env.adapter
+        arts = env.write("conformance-subject", 2)
+        operations: dict[str, Callable[[], Any]] = {
+            "suppress": lambda: adapter.suppress(arts),
+            "probe_logical": lambda: adapter.probe_logical(arts),
+        }
+        if Capability.RECLAIM in adapter.capabilities:
+            operations["reclaim"] = lambda: adapter.reclaim(arts)
+        if Capability.PHYSICAL_SCAN in adapter.capabilities:
+            operations["probe_physical"] = lambda: adapter.probe_physical(arts)
+        for name, operation in operations.items():
+            with env.vendor_failure():
+                with pytest.raises(TombstoneError) as raised:
+                    operation()
+            error = raised.value
+            message = str(error)
+            assert adapter.backend in message or adapter.store in message, (
+                f"{name}: the error names neither the backend {adapter.backend!r} nor the store"
+                f" {adapter.store!r}: {message!r}")
+            assert _vendor_cause(error) is not None, (
+                f"{name} raised {type(error).__name__} ({message!r}) not caused by the injected failure:"
+                " vendor_failure does not reach this operation")
+
+
+def _vendor_cause(error: BaseException) -> BaseException | None:
+    """The first exception in ``error``'s chain that is not a TombstoneError (the vendor's), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if not isinstance(current, TombstoneError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _without(snapshot: Any, ids: set[str]) -> Any:
