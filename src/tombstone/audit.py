@@ -97,7 +97,7 @@ def check_chain(receipts: Sequence[dict[str, Any]], anchor: str | None) -> str:
             count_text, head_hash = anchor.split(":", 1)
             count = int(count_text)
         except ValueError as exc:
-            raise ReceiptError(f"--anchor must be COUNT:HASH as printed by 'tombstone receipt head', got {anchor!r}") from exc
+            raise ConfigError(f"--anchor must be COUNT:HASH as printed by 'tombstone receipt head', got {anchor!r}") from exc
         match = [r for r in ordered if r["sequence"] == count]
         if not match:
             return f"broken: the published head is receipt #{count}, which the given chain does not contain (truncated?)"
@@ -118,10 +118,7 @@ def audit(
     """Audit one receipt against the stores. Raises TombstoneError only for bad input."""
     receipt_path = Path(receipt_path)
     with forbid_lineage("the independent verifier"):
-        try:
-            receipt = load_receipt(receipt_path)
-        except ReceiptError as exc:  # unreadable input, not a failed verification
-            raise TombstoneError(str(exc)) from exc
+        receipt = load_receipt(receipt_path)  # unreadable input is ReceiptFormatError: bad input, exit 2
         config = _find_config(receipt_path, config_path)
         key = load_public_key(Path(key_path) if key_path else config.keys_dir / PUBLIC_KEY)
         try:

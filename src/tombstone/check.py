@@ -67,7 +67,7 @@ class CheckResult:
             case = ET.SubElement(suite, "testcase", classname=f"tombstone.check.{self.backend}", name=row.artifact_id)
             if not row.passed:
                 ET.SubElement(case, "failure", message=f"{row.status}, expected {row.expected}").text = row.detail
-        return ET.tostring(suite, encoding="unicode")
+        return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode")
 
 
 def checkable_backends() -> list[str]:

@@ -14,7 +14,8 @@
     │   ├── StoreUnavailableError the store cannot be opened or read (``retryable``)
     │   ├── PhysicalUnsupportedError the backend cannot be checked at the physical level
     │   └── ReclaimUnavailableError this store cannot be reclaimed here (e.g. not writable)
-    ├── ReceiptError             a receipt is malformed, tampered with, or fails its signature
+    ├── ReceiptError             a receipt fails its schema, was tampered with, or fails its signature
+    ├── ReceiptFormatError       a file is not a readable receipt (missing, not strict JSON)
     ├── DeadLetterError          a store operation failed past its retry budget; its artifacts went to the dead-letter list
     └── SagaError                a saga cannot run (already running, nothing to resume, ...)
         └── SubjectBusyError     another process or worker is running this subject's saga
@@ -111,7 +112,12 @@ class ReclaimUnavailableError(AdapterError):
 
 
 class ReceiptError(TombstoneError):
-    """A receipt is malformed, has been altered, or its signature does not verify."""
+    """A receipt does not match its schema, has been altered, or its signature does not verify."""
+
+
+class ReceiptFormatError(TombstoneError):
+    """A file is not a readable receipt: missing, unreadable, too large, not strict JSON (duplicate keys,
+    NaN or Infinity, nesting too deep) or not a JSON object. Bad input, not a failed verification."""
 
 
 class DeadLetterError(TombstoneError):

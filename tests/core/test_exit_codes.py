@@ -144,3 +144,33 @@ def test_a_store_removed_from_the_config_stops_unless_allowed_then_exits_3(tmp_p
     result = run("erase", "alice", "--config", str(config.path), "--allow-missing-store", "old-vectors")
     assert result.exit_code == 3, result.output
     assert "old-vectors: 1 UNVERIFIED -- next: install the store's adapter" in result.output
+
+
+def test_where_fits_100_columns_and_explains_its_states(tmp_path):
+    root = tmp_path / "demo"
+    assert run("demo", "--workdir", str(root), "--subjects", "2").exit_code == 0
+    result = run("where", "user-0001", "--config", str(root / "tombstone.toml"))
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 100
+    assert "decided = checked; its receipt gives the status" in result.output
+    assert "exact_cache/llmcache-" in result.output
+
+
+def test_receipt_show_takes_several_files_and_reads_them_all_first(tmp_path):
+    from test_cli import one_line_error
+
+    root = tmp_path / "demo"
+    assert run("demo", "--workdir", str(root), "--backends", "docstore", "--subjects", "2").exit_code == 0
+    config = str(root / "tombstone.toml")
+    assert run("erase", "user-0002", "--config", config).exit_code == 0
+    files = [str(root / "receipts" / f"user-000{n}.json") for n in (1, 2)]
+    result = run("receipt", "show", *files)
+    assert result.exit_code == 0 and "subject user-0001" in result.output and "subject user-0002" in result.output
+    bad = one_line_error(run("receipt", "show", files[0], str(tmp_path / "missing.json")), 2)
+    assert "missing.json" in bad
+
+
+def test_junit_starts_with_an_xml_declaration(tmp_path):
+    junit = tmp_path / "junit.xml"
+    assert run("check", "--backend", "docstore", "--canaries", "1", "--junit", str(junit)).exit_code == 0
+    assert junit.read_text().startswith('<?xml version="1.0" encoding="utf-8"?>')

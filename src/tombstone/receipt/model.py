@@ -124,7 +124,8 @@ class Receipt:
 
     @classmethod
     def load(cls, path: str | Path) -> "Receipt":
-        """Read and parse a receipt file; every problem is one ReceiptError line."""
+        """Read and parse a receipt file: ReceiptFormatError when it is not a readable receipt, ReceiptError
+        when it does not match the schema; each one line."""
         return cls.parse(load_receipt(path))
 
     @property

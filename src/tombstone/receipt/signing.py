@@ -15,7 +15,7 @@ import jsonschema
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from tombstone.errors import ReceiptError
+from tombstone.errors import ReceiptError, ReceiptFormatError
 from tombstone.keys import b64, key_id
 from tombstone.receipt.canonical import body_hash, signed_body
 
@@ -53,20 +53,54 @@ def validate_schema(receipt: Any) -> None:
         raise ReceiptError(f"receipt does not match schema {SCHEMA_VERSION} at {where}: {exc.message}") from exc
 
 
-def load_receipt(path: str | Path) -> dict[str, Any]:
-    """Read a receipt file; a missing, unreadable or non-JSON file is a one-line ReceiptError."""
+MAX_RECEIPT_BYTES = 256 * 1024 * 1024
+"""No receipt is read past this size (a receipt of a million artifacts is far smaller)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_strict(text: str, what: str) -> Any:
+    """JSON as receipts use it: no duplicate keys (readers that keep the first and readers that keep the
+    last would see two different receipts), no NaN or Infinity, bounded nesting. ReceiptFormatError else."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ReceiptError(f"receipt file not found: {path}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReceiptError(f"cannot read receipt {path}: {exc}") from exc
-    try:
-        data = json.loads(text)
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise ReceiptError(f"receipt {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+        raise ReceiptFormatError(f"{what} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    except ValueError as exc:
+        raise ReceiptFormatError(f"{what} is not strict JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ReceiptFormatError(f"{what} is nested too deeply to be a receipt") from exc
+
+
+def load_receipt(path: str | Path) -> dict[str, Any]:
+    """Read a receipt file; a missing, unreadable, oversized or non-strict-JSON file is one ReceiptFormatError."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_RECEIPT_BYTES + 1)
+    except FileNotFoundError as exc:
+        raise ReceiptFormatError(f"receipt file not found: {path}") from exc
+    except OSError as exc:
+        raise ReceiptFormatError(f"cannot read receipt {path}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_RECEIPT_BYTES:
+        raise ReceiptFormatError(f"receipt {path} is larger than {MAX_RECEIPT_BYTES // (1024 * 1024)} MiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReceiptFormatError(f"receipt {path} is not UTF-8 text (byte {exc.start})") from exc
+    data = parse_strict(text, f"receipt {path}")
     if not isinstance(data, dict):
-        raise ReceiptError(f"receipt {path} is not a JSON object")
+        raise ReceiptFormatError(f"receipt {path} is not a JSON object")
     return data
 
 
