@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,9 +10,12 @@ from typing import Any
 from tombstone.clock import Clock, system_clock
 from tombstone.config import CONFIG_NAME, Config, load_config, write_config
 from tombstone.contract import Adapter, open_adapter
-from tombstone.errors import ConfigError, SagaError, UnknownSubjectError, shown
-from tombstone.keys import LineageSecret, create_keys, load_private_key
+from tombstone.errors import ConfigError, KeyMaterialError, LineageError, SagaError, UnknownSubjectError, shown
+from tombstone.keys import LINEAGE_SECRET, LineageSecret, create_keys, load_private_key
 from tombstone.lineage.db import LineageDB
+from tombstone.receipt.sealing import load_public as load_auditor_key
+from tombstone.lineage.postgres import redact_dsn
+from tombstone.receipt.files import receipt_file_name
 from tombstone.saga import RetryPolicy, Saga, SagaContext, run_batch
 
 
@@ -29,13 +31,35 @@ def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None =
         write_config(config_path, stores, lineage_dsn=lineage_dsn)
     try:
         config = load_config(config_path)
+        if not (config.keys_dir / LINEAGE_SECRET).exists() and LineageDB.exists(config.lineage_target):
+            raise KeyMaterialError(_orphaning(config, "init refuses to create one"))
         create_keys(config.keys_dir)
-        LineageDB(config.lineage_target, LineageSecret.load(config.keys_dir)).close()
+        LineageDB(config.lineage_target, LineageSecret.load(config.keys_dir), create=True).close()
     except BaseException:
         if created:  # a config naming a lineage db that cannot be opened is not left behind
             config_path.unlink(missing_ok=True)
         raise
     return config
+
+
+def _orphaning(config: Config, refusal: str) -> str:
+    """What to say when the lineage secret is gone but the lineage db is there: a new secret would key no
+    recorded subject, so the only repair is the backup."""
+    where = config.lineage_dsn and redact_dsn(config.lineage_dsn) or config.lineage_db
+    return (f"no lineage secret at {config.keys_dir / LINEAGE_SECRET}, but the lineage db {where} exists: a new secret"
+            f" would orphan every subject it records ({refusal}); restore {config.keys_dir} from backup")
+
+
+def _open_lineage(config: Config, clock: Clock) -> tuple[LineageSecret, LineageDB]:
+    """The lineage secret and the existing lineage db (never a new one: only init creates it)."""
+    if not (config.keys_dir / LINEAGE_SECRET).exists():
+        if LineageDB.exists(config.lineage_target):
+            raise KeyMaterialError(_orphaning(config, "'tombstone init' would not help and refuses"))
+        where = config.lineage_dsn and redact_dsn(config.lineage_dsn) or config.lineage_db
+        raise LineageError(f"lineage db {where} does not exist (nor the lineage secret"
+                           f" {config.keys_dir / LINEAGE_SECRET}): run 'tombstone init' to create them")
+    secret = LineageSecret.load(config.keys_dir)
+    return secret, LineageDB(config.lineage_target, secret, clock=clock)
 
 
 class Tombstone:
@@ -48,13 +72,14 @@ class Tombstone:
         self.retry = retry or RetryPolicy()
         """How store errors marked retryable are retried before the artifacts go to the dead-letter list."""
         self.sleep = sleep
-        self.secret = LineageSecret.load(config.keys_dir)
-        self.lineage = LineageDB(config.lineage_target, self.secret, clock=clock)
+        self.secret, self.lineage = _open_lineage(config, clock)
         self._adapters: dict[str, Adapter] = {}
         self.context = SagaContext(lineage=self.lineage, adapter=self.adapter, clock=clock, sleep=sleep,
                                    retry=self.retry, signer=lambda: load_private_key(config.keys_dir),
                                    receipt_path=self.default_receipt_path, levels=config.levels,
-                                   has_store=lambda store: store in config.stores)
+                                   has_store=lambda store: store in config.stores,
+                                   receipts_dir=config.receipts_dir,
+                                   auditors=tuple(load_auditor_key(path) for path in config.auditor_keys))
         """What sagas of this deployment work through."""
 
     @classmethod
@@ -79,12 +104,16 @@ class Tombstone:
             if store not in self.config.stores:
                 raise ConfigError(f"store {store!r} is not configured in {self.config.path}", store=store)
             cfg = self.config.stores[store]
-            self._adapters[store] = open_adapter(store, cfg.backend, cfg.options)
+            adapter = open_adapter(store, cfg.backend, cfg.options)
+            adapter.content_key = self.secret.content_key
+            self._adapters[store] = adapter
         return self._adapters[store]
 
     def default_receipt_path(self, subject: str) -> Path:
-        safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", subject)[:120] or "subject"
-        return self.config.receipts_dir / f"{safe}.json"
+        """Where a subject's receipt goes unless the caller names a file: ``receipts_dir/<subject>.json`` for a
+        subject of letters, digits and ``_.@-`` only, else a readable slug plus a keyed hash of the subject
+        (``tombstone.receipt.files``). A saga adds a counter (``<subject>.2.json``) when the name is taken."""
+        return self.config.receipts_dir / receipt_file_name(subject, self.secret.file_tag)
 
     def erase(self, subject: str, *, out: str | Path | None = None,
               artifacts: list[tuple[str, str]] | None = None,
@@ -115,8 +144,9 @@ class Tombstone:
                                           subject=subject)
         return subjects
 
-    def erase_many(self, subjects: list[str], *,
-                   allow_missing_stores: Sequence[str] = ()) -> list[tuple[dict[str, Any], Path]]:
+    def erase_many(self, subjects: list[str], *, allow_missing_stores: Sequence[str] = (),
+                   progress: Callable[[str, str, int, int], None] | None = None,
+                   ) -> list[tuple[dict[str, Any], Path]]:
         """Erase a batch of subjects with one reclaim pass and one probe pass per store; one receipt each.
 
         A subject the lineage db records nothing for does not stop the batch: it gets a signed receipt with
@@ -135,6 +165,7 @@ class Tombstone:
             for saga in sagas:
                 saga.lock.release()
             raise
+        sagas[0].progress = progress
         return run_batch(sagas)
 
     def retry_dead_letters(self) -> list[tuple[dict[str, Any], Path]]:

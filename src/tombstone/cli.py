@@ -103,7 +103,7 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
             return
         subject = erase_subject or refs[0]
         with Tombstone.open(root / "tombstone.toml") as tomb:
-            receipt, path = tomb.erase(subject)
+            receipt, path = tomb.erase(subject, progress=_progress())
         click.echo(format_receipt(receipt))
         click.echo(f"receipt: {path}")
         click.echo(f"verify:  tombstone receipt verify {path}")
@@ -116,7 +116,8 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
 @click.argument("subject", required=False)
 @CONFIG_OPTION
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the receipt (default: receipts_dir/SUBJECT.json).")
+              help="Where to write the receipt (default: receipts_dir/SUBJECT.json, or a new name when that is"
+                   " taken); refuses a file that holds a sealed receipt, or another erasure's.")
 @click.option("--subjects-file", type=click.Path(dir_okay=False), default=None,
               help="Erase every subject listed in FILE (one per line) in one batch: one reclaim and one probe"
                    " pass per store, one receipt per subject.")
@@ -146,11 +147,11 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
             queued = enqueue(tomb, subjects)
         for item in queued:
             click.echo(f"{item.subject}: saga {item.saga_id} {'queued' if item.queued else 'already queued'}")
-        click.echo(f"{sum(q.queued for q in queued)} sagas queued for 'tombstone worker'")
+        click.echo(f"{_count(sum(q.queued for q in queued), 'saga')} queued for 'tombstone worker'")
         return
     if subjects_file:
         with Tombstone.open(config_path) as tomb:
-            done = tomb.erase_many(subjects, allow_missing_stores=allow_missing)
+            done = tomb.erase_many(subjects, allow_missing_stores=allow_missing, progress=_progress())
         for receipt, path in done:
             totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
             click.echo(f"{receipt['subject']}: {totals or 'no artifacts'} -> {path}")
@@ -258,9 +259,9 @@ def worker(config_path: str | None, name: str | None, lease: float, poll: float,
     from tombstone.workers import serve
 
     state = serve(config_path, name=name, lease=lease, drain=drain, poll=poll)
-    click.echo(f"{state.name}: {len(state.finished)} sagas finished here, {len(state.failed)} failed")
+    click.echo(f"{state.name}: {_count(len(state.finished), 'saga')} finished here, {len(state.failed)} failed")
     if state.failed:
-        raise SagaError(f"{len(state.failed)} sagas failed in this worker; see 'tombstone status' and"
+        raise SagaError(f"{_count(len(state.failed), 'saga')} failed in this worker; see 'tombstone status' and"
                         " run 'tombstone resume' or queue them again")
 
 
@@ -326,15 +327,37 @@ def where(subject: str, config_path: str | None) -> None:
         scope = tomb.lineage.closure(tomb.lineage.subject_key(subject))
         if not scope:
             raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it")
-        rows = []
+        blocks = []
         for art, why in scope:
             edges = tomb.lineage.edges_of(art)
             derived = ", ".join(f"{s}/{i}" for s, i, _ in edges["derived"]) or "-"
             gap = tomb.lineage.lineage_gap(art)
             third = tomb.lineage.third_party(art.artifact_id)
-            state = art.state + (f" (gap: {gap})" if gap else "") + (f" (sent to {third['recipient']})" if third else "")
-            rows.append((art.store, art.backend, art.kind, art.artifact_id, why, derived, state))
-    click.echo(_table(("store", "backend", "kind", "artifact", "in scope because", "derived into", "state"), rows))
+            lines = [f"{art.store}/{art.artifact_id}", f"  {art.kind} in a {art.backend} store; in scope: {why}",
+                     f"  derived into: {derived}", f"  state: {art.state}"]
+            if gap:
+                lines.append(f"  lineage gap: {gap}")
+            if third:
+                lines.append(f"  sent to a third party: {third['recipient']}")
+            blocks.append("\n".join(_wrap(line) for line in lines))
+    click.echo("\n\n".join(blocks))
+    click.echo("\nstates:\n" + "\n".join(f"  {k} = {v}" for k, v in STATES.items()))
+
+
+STATES = {
+    "live": "not erased",
+    "suppressed": "hidden from every query path, bytes still stored",
+    "reclaimed": "the store's reclaim recipe ran, not yet checked",
+    "decided": "checked; its receipt gives the status",
+}
+"""What each artifact state in the lineage db means, for ``tombstone where``."""
+
+
+def _wrap(line: str, width: int = 100) -> str:
+    import textwrap
+
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.fill(line, width=width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False)
 
 
 @main.group()
@@ -416,18 +439,24 @@ def receipt_verify(file: str, key: str | None, config_path: str | None) -> None:
 
 
 @receipt.command("show")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON instead of a table.")
-def receipt_show(file: str, as_json: bool) -> None:
-    """Print a receipt as a readable table (this does not verify it)."""
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the receipts as JSON instead of tables.")
+def receipt_show(files: tuple[str, ...], as_json: bool) -> None:
+    """Print one or more receipts as readable tables (this does not verify them)."""
     from tombstone.receipt import Receipt
 
-    parsed = Receipt.load(file)
+    parsed = [Receipt.load(file) for file in files]  # every file is read before anything is printed
     if as_json:
-        click.echo(json.dumps(parsed.data, indent=2, sort_keys=True))
+        data = [r.data for r in parsed]
+        click.echo(json.dumps(data[0] if len(data) == 1 else data, indent=2, sort_keys=True))
         return
-    click.echo(format_receipt(parsed))
-    click.echo("(not verified here: run 'tombstone receipt verify FILE')")
+    for n, receipt in enumerate(parsed):
+        if n:
+            click.echo("")
+        if len(parsed) > 1:
+            click.echo(f"== {files[n]}")
+        click.echo(format_receipt(receipt))
+    click.echo("(not verified here: run 'tombstone receipt verify FILE --key PUBKEY')")
 
 
 @receipt.command("head")
@@ -443,6 +472,97 @@ def receipt_head(config_path: str | None) -> None:
     click.echo(f"{head[0]}:{head[1]}")
 
 
+@receipt.command("list")
+@CONFIG_OPTION
+@click.option("--subject", default=None, help="Only this subject's receipts.")
+def receipt_list(config_path: str | None, subject: str | None) -> None:
+    """List the sealed receipts the lineage db keeps: sequence, subject, saga, finished, summary, hash."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        rows = tomb.lineage.receipts(tomb.lineage.subject_key(subject) if subject is not None else None)
+    if not rows:
+        click.echo(f"no receipts for {shown(subject)}" if subject is not None else "no receipts: no erasure has finished yet")
+        return
+    table = []
+    for row in rows:
+        data = json.loads(row["body"])
+        name = data["subject"] if data["subject"].isprintable() else repr(data["subject"])
+        totals = ", ".join(f"{k} {v}" for k, v in data["summary"].items() if v) or "no artifacts"
+        table.append((row["seq"], name, row["saga_id"], data["finished_at"], totals, row["receipt_hash"]))
+    click.echo(_table(("#", "subject", "saga", "finished", "summary", "hash"), table))
+
+
+EXPORT_NAME = "receipt-{seq:06d}.json"
+"""The file name ``receipt export`` gives a receipt inside a directory (sorted by chain position)."""
+
+
+@receipt.command("export")
+@CONFIG_OPTION
+@click.option("--sequence", default=None, metavar="N", help="Export receipt number N of the chain.")
+@click.option("--saga", "saga_id", default=None, metavar="ID", help="Export the receipt of saga ID.")
+@click.option("--all", "export_all", is_flag=True, help="Export every receipt of the chain into a directory.")
+@click.option("--out", default=None, metavar="DIR|FILE",
+              help="Where to write: a file (or a directory to put it in) for one receipt, a directory for --all.")
+def receipt_export(config_path: str | None, sequence: str | None, saga_id: str | None, export_all: bool,
+                   out: str | None) -> None:
+    """Write the sealed copies the lineage db keeps of one receipt, or of the whole chain, for an auditor."""
+    from tombstone.api import Tombstone
+    from tombstone.errors import LineageError
+    from tombstone.fsutil import write_atomic
+    from tombstone.receipt import body_hash, pretty
+
+    if sum((sequence is not None, saga_id is not None, export_all)) != 1:
+        raise ConfigError("give exactly one of --sequence N, --saga ID or --all")
+    if not out:
+        raise ConfigError("give --out DIR|FILE: where to write the receipts")
+    if sequence is not None and not (sequence.isdigit() and int(sequence) >= 1):
+        raise ConfigError(f"--sequence must be a receipt number (1, 2, ...), got {sequence!r}")
+    with Tombstone.open(config_path) as tomb:
+        rows = tomb.lineage.receipts()
+        running = tomb.lineage.saga(saga_id) if saga_id is not None else None
+    if export_all:
+        chosen = rows
+        if not chosen:
+            raise LineageError("the receipt chain is empty: no erasure has finished yet")
+    elif sequence is not None:
+        chosen = [r for r in rows if r["seq"] == int(sequence)]
+        if not chosen:
+            holds = f"it holds #1..#{rows[-1]['seq']}" if rows else "it is empty"
+            raise LineageError(f"the receipt chain has no receipt #{int(sequence)} ({holds})")
+    else:
+        chosen = [r for r in rows if r["saga_id"] == saga_id]
+        if not chosen:
+            if running is not None:
+                raise LineageError(f"saga {saga_id} has not finished, so it has no sealed receipt yet; run 'tombstone resume'")
+            raise LineageError(f"no saga {saga_id!r} has a receipt in the chain ('tombstone receipt list' shows them)")
+    target = Path(out)
+    if export_all or target.is_dir():
+        if target.exists() and not target.is_dir():
+            raise ConfigError(f"--out {out} is a file; --all writes one file per receipt into a directory")
+        files = [(row, target / EXPORT_NAME.format(seq=row["seq"])) for row in chosen]
+    else:
+        files = [(chosen[0], target)]
+    writes = []
+    for row, path in files:  # everything is checked before anything is written
+        data = json.loads(row["body"])
+        if body_hash(data) != row["receipt_hash"] or data.get("receipt_hash") != row["receipt_hash"]:
+            raise ReceiptError(f"the sealed copy of receipt #{row['seq']} does not hash to its chain entry")
+        content = pretty(data)
+        if path.exists():
+            if not path.is_file() or path.read_bytes() != content:
+                raise ConfigError(f"{path} exists and is not receipt #{row['seq']}; refusing to overwrite it:"
+                                  " export into an empty directory or to a new file")
+            continue
+        writes.append((row, path, content))
+    for row, path, content in writes:
+        write_atomic(path, content)
+    for row, path in files:
+        click.echo(f"receipt #{row['seq']} ({row['saga_id']}) -> {path}")
+    if export_all:
+        click.echo(f"chain head {rows[-1]['seq']}:{rows[-1]['receipt_hash']} (compare with the one you published)")
+
+
 @main.command("audit")
 @click.argument("file", type=click.Path(dir_okay=False))
 @CONFIG_OPTION
@@ -451,13 +571,17 @@ def receipt_head(config_path: str | None) -> None:
 @click.option("--previous", multiple=True, type=click.Path(dir_okay=False),
               help="An earlier receipt of the chain (repeat for each) to check the links.")
 @click.option("--anchor", default=None, help="A published chain head, COUNT:HASH from 'tombstone receipt head'.")
+@click.option("--auditor-key", "auditor_key", type=click.Path(dir_okay=False), default=None,
+              help="Your auditor private key (from 'tombstone auditor-key'): opens the content patterns the receipt"
+                   " sealed to you, so the probes search for content as well as ids.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def audit_cmd(file: str, config_path: str | None, key: str | None, previous: tuple[str, ...], anchor: str | None,
-              as_json: bool) -> None:
+              auditor_key: str | None, as_json: bool) -> None:
     """Independently re-probe the stores a receipt names, without the lineage db; exit 1 on any contradiction."""
     from tombstone.audit import NOT_RUN_FRAGMENTS, audit
 
-    report = audit(file, config_path=config_path, key_path=key, previous=previous, anchor=anchor)
+    report = audit(file, config_path=config_path, key_path=key, previous=previous, anchor=anchor,
+                   auditor_key_path=auditor_key)
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
@@ -507,6 +631,17 @@ def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries
         sys.exit(1)
 
 
+@main.command("auditor-key")
+@click.argument("directory", type=click.Path(file_okay=False))
+def auditor_key_cmd(directory: str) -> None:
+    """Create an auditor key pair: keep auditor.key, give auditor.pub to the operator for auditor_keys."""
+    from tombstone.receipt.sealing import create_auditor_keys, key_id, load_public
+
+    private, public = create_auditor_keys(directory)
+    click.echo(f"private key: {private}  (keep it: it opens the content patterns sealed to you)")
+    click.echo(f"public key:  {public}  ({key_id(load_public(public))}; the operator lists it under auditor_keys)")
+
+
 @main.command("backends")
 def backends_cmd() -> None:
     """List the installed backend adapters: capabilities, levels, demo support, or how to install them."""
@@ -540,13 +675,24 @@ def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
     return "\n".join(lines)
 
 
+def _probe_note(entry: "ArtifactEntry") -> str:
+    """For an UNVERIFIED artifact, the probes that did run and pass (a managed store's logical probe)."""
+    from tombstone.receipt.model import ArtifactEntry  # noqa: F401  (the annotation's type)
+    from tombstone.verify.levels import StatusKind
+
+    if entry.status is not StatusKind.UNVERIFIED:
+        return ""
+    passed = [level.value for level, probe in entry.probes.items() if probe.ran and probe.passed]
+    return f" [{', '.join(passed)} probe passed]" if passed else ""
+
+
 def format_receipt(receipt: "dict[str, Any] | Receipt") -> str:
     """The receipt summary: header, one row per artifact, totals."""
     from tombstone.receipt.model import Receipt
 
     if not isinstance(receipt, Receipt):
         receipt = Receipt.parse(receipt)
-    rows = [(a.store, a.backend, a.artifact_id, a.status_text) for a in receipt.artifacts]
+    rows = [(a.store, a.backend, a.artifact_id, a.status_text + _probe_note(a)) for a in receipt.artifacts]
     head = [
         f"subject {receipt.subject}  saga {receipt.saga_id}  receipt #{receipt.sequence}",
         f"started {receipt.started_at}  finished {receipt.finished_at}",

@@ -125,6 +125,20 @@ class LineageSecret:
         digest = hmac.new(self._derive(b"subject"), subject.encode("utf-8"), hashlib.sha256)
         return digest.hexdigest()
 
+    def file_tag(self, subject: str) -> str:
+        """A short keyed hash of a subject reference for file names (12 hex digits): it tells apart subjects
+        whose readable forms collide, and without the secret it cannot be checked against a guessed subject."""
+        return hmac.new(self._derive(b"receipt-file-name"), subject.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
+
+    def content_key(self, sha256_hex: str) -> str:
+        """The keyed form of a content hash, which is all the lineage db stores: HMAC over the SHA-256
+        digest. Without the secret it cannot be used to confirm a guessed text."""
+        try:
+            digest = bytes.fromhex(sha256_hex)
+        except ValueError as exc:
+            raise KeyMaterialError("a content hash must be a SHA-256 hex digest") from exc
+        return hmac.new(self._derive(b"content"), digest, hashlib.sha256).hexdigest()
+
     def seal(self, plaintext: bytes) -> bytes:
         nonce = os.urandom(12)
         return nonce + AESGCM(self._derive(b"seal")).encrypt(nonce, plaintext, b"tombstone")

@@ -19,7 +19,7 @@ def art(i: str, **kw) -> ArtifactRecord:
 
 
 def test_migrations_recorded_and_reopen_is_a_noop(tmp_path):
-    db = LineageDB(tmp_path / "l.db", SECRET)
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
     assert db.schema_version() == MIGRATIONS[-1][0]
     db.close()
     db = LineageDB(tmp_path / "l.db", SECRET)
@@ -29,7 +29,7 @@ def test_migrations_recorded_and_reopen_is_a_noop(tmp_path):
 
 
 def test_newer_db_is_refused(tmp_path):
-    LineageDB(tmp_path / "l.db", SECRET).close()
+    LineageDB(tmp_path / "l.db", SECRET, create=True).close()
     conn = sqlite3.connect(tmp_path / "l.db")
     conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', 'x')")
     conn.commit()
@@ -39,7 +39,7 @@ def test_newer_db_is_refused(tmp_path):
 
 
 def test_subject_reference_never_stored(tmp_path):
-    db = LineageDB(tmp_path / "l.db", SECRET)
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
     db.record_artifacts("alice@example.com", [art("a1", content_hash="ab" * 32)])
     db.create_saga("saga-1", "alice@example.com", None)
     db._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -60,7 +60,7 @@ def test_subject_keys_depend_on_the_secret():
 
 
 def test_record_is_one_transaction(tmp_path):
-    db = LineageDB(tmp_path / "l.db", SECRET)
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
     db.record_artifacts("bob", [art("b1")])
     with pytest.raises(ScopeViolationError):
         # a1 is new and fine, b1 belongs to bob: nothing of this call may land
@@ -71,7 +71,7 @@ def test_record_is_one_transaction(tmp_path):
 
 
 def test_atomic_nested_savepoint_rolls_back_inner_only(tmp_path):
-    db = LineageDB(tmp_path / "l.db", SECRET)
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
     with db.atomic():
         db.record_artifacts("alice", [art("a1")])
         with pytest.raises(ScopeViolationError):
@@ -82,7 +82,7 @@ def test_atomic_nested_savepoint_rolls_back_inner_only(tmp_path):
 
 
 def test_fingerprint_round_trip_and_probes(tmp_path):
-    db = LineageDB(tmp_path / "l.db", SECRET)
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
     fp = tuple(float(i) / 8 for i in range(32))
     import numpy as np
 
@@ -97,7 +97,7 @@ def test_fingerprint_round_trip_and_probes(tmp_path):
 
 
 def test_duplicate_content_attribution(tmp_path):
-    db = LineageDB(tmp_path / "l.db", SECRET)
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
     db.record_artifacts("alice", [art("a1", content_hash="c" * 64)])
     db.record_artifacts("bob", [art("b1", content_hash="c" * 64)])
     assert [a.artifact_id for a in db.live_sharing_content(db.artifact("s", "a1"))] == ["b1"]

@@ -65,11 +65,23 @@ def _statements(script: str) -> list[str]:
     return out
 
 
+def _has_schema(conn: Any, *, postgres: bool) -> bool:
+    """Whether a connection's database holds Tombstone's schema (its migrations table)."""
+    if postgres:
+        return conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone()
+    return row is not None
+
+
 class LineageDB:
     """Access to one lineage db: a SQLite file, or a PostgreSQL database named by a ``postgresql://`` DSN.
     Not shared between threads; open one per process (or per job)."""
 
-    def __init__(self, target: str | Path, secret: LineageSecret, *, clock: Clock = system_clock) -> None:
+    def __init__(self, target: str | Path, secret: LineageSecret, *, clock: Clock = system_clock,
+                 create: bool = False) -> None:
+        """Open the lineage db at ``target``. Only ``create=True`` (``tombstone init``) makes a new one: without
+        it a missing SQLite file, or a PostgreSQL database without Tombstone's schema, is a LineageError and
+        nothing is created."""
         forbidden_by = lineage_forbidden_by()
         if forbidden_by is not None:
             raise LineageError(f"{forbidden_by} does not open the lineage db ({target})")
@@ -85,6 +97,10 @@ class LineageDB:
         if self.postgres:
             try:
                 self._conn = PgConnection(str(target))
+                if not create and not _has_schema(self._conn, postgres=True):
+                    self._conn.close()
+                    raise LineageError(f"lineage db {self.where} does not exist (the database has no Tombstone schema):"
+                                       " run 'tombstone init --lineage-dsn DSN' to create it")
                 # Workers starting together must not run the same migration twice.
                 self._conn.execute("SELECT pg_advisory_lock(?, 0)", (AdvisoryLock.NAMESPACE,))
                 try:
@@ -101,8 +117,20 @@ class LineageDB:
                 raise
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            else:
+                if not self.path.is_file():
+                    raise LineageError(f"lineage db {self.path} does not exist: run 'tombstone init' to create it"
+                                       " (or point lineage_db in the config at the existing one)")
+                # mode=rw: never creates the file, even if it vanishes after the check above
+                self._conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
+                                             isolation_level=None, timeout=30)
+                if not _has_schema(self._conn, postgres=False):
+                    self._conn.close()
+                    raise LineageError(f"{self.path} is not a lineage db (it has no Tombstone schema): run"
+                                       " 'tombstone init' to create one, or point lineage_db in the config at it")
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA journal_mode=WAL")
             # Purged probe rows must not linger in free pages, whatever SQLite's build default is.
@@ -112,6 +140,34 @@ class LineageDB:
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise LineageError(f"cannot open lineage db {self.path}: {exc}") from exc
+
+    @staticmethod
+    def exists(target: str | Path) -> bool:
+        """Whether a lineage db is there: a SQLite file with Tombstone's schema, or a PostgreSQL database that
+        has it. Creates nothing."""
+        forbidden_by = lineage_forbidden_by()
+        if forbidden_by is not None:
+            raise LineageError(f"{forbidden_by} does not open the lineage db ({target})")
+        if not is_dsn(target):
+            path = Path(target)
+            if not path.is_file():
+                return False
+            try:
+                conn = sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True, timeout=30)
+                try:
+                    return _has_schema(conn, postgres=False)
+                finally:
+                    conn.close()
+            except sqlite3.DatabaseError:
+                return True  # a file is there that SQLite cannot read: say it exists rather than replace it
+        try:
+            conn = PgConnection(str(target))
+        except Exception as exc:
+            raise LineageError(f"cannot open lineage db {redact_dsn(str(target))}: {str(exc).strip()}") from exc
+        try:
+            return _has_schema(conn, postgres=True)
+        finally:
+            conn.close()
 
     def close(self) -> None:
         self._conn.close()
@@ -137,11 +193,22 @@ class LineageDB:
     @contextlib.contextmanager
     def chain_lock(self, wait: float = 60.0) -> Iterator[None]:
         """Held while a receipt is signed and appended: the chain has one head at a time."""
-        lock = self._lock("receipt-chain")
+        with self._held("receipt-chain", "the receipt chain", wait):
+            yield
+
+    @contextlib.contextmanager
+    def receipt_names_lock(self, wait: float = 60.0) -> Iterator[None]:
+        """Held while a saga's receipt file name is chosen and recorded: no two sagas choose the same file."""
+        with self._held("receipt-names", "the choice of receipt file names", wait):
+            yield
+
+    @contextlib.contextmanager
+    def _held(self, name: str, what: str, wait: float) -> Iterator[None]:
+        lock = self._lock(name)
         deadline = time.monotonic() + wait
         while not lock.try_acquire():
             if time.monotonic() >= deadline:
-                raise LineageError(f"the receipt chain stayed locked by {lock.owner()} for {wait:.0f}s")
+                raise LineageError(f"{what} stayed locked by {lock.owner()} for {wait:.0f}s")
             time.sleep(0.02)
         try:
             yield
@@ -189,7 +256,9 @@ class LineageDB:
                 continue
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                if self.postgres:
+                if callable(script):
+                    script(self)
+                elif self.postgres:
                     self._conn.execute(pg_ddl(script))
                 else:
                     for statement in _statements(script):
@@ -256,7 +325,7 @@ class LineageDB:
                 [
                     (a.store, a.artifact_id, a.backend, a.kind, key,
                      fingerprint_bytes(a.fingerprint) if a.fingerprint is not None else None,
-                     a.content_hash, now, a.inv_norm)
+                     self.secret.content_key(a.content_hash) if a.content_hash else None, now, a.inv_norm)
                     for a in artifacts
                 ],
             )
@@ -444,6 +513,16 @@ class LineageDB:
         saga["subject"] = self.secret.unseal(bytes(saga.pop("subject_sealed"))).decode()
         return saga
 
+    def running_out_paths(self) -> dict[str, str]:
+        """The receipt file each unfinished saga will write, by saga id (sagas that chose none are left out)."""
+        rows = self._conn.execute("SELECT saga_id, out_path FROM sagas WHERE state = 'running' AND out_path IS NOT NULL")
+        return {row[0]: row[1] for row in rows}
+
+    def set_out_path(self, saga_id: str, out_path: str) -> None:
+        """Record where a running saga writes its receipt (a resume writes the same file)."""
+        with self.atomic() as conn:
+            conn.execute("UPDATE sagas SET out_path = ? WHERE saga_id = ? AND state = 'running'", (out_path, saga_id))
+
     def running_saga(self, subject_key: str) -> dict[str, Any] | None:
         row = self._conn.execute(
             "SELECT * FROM sagas WHERE subject_key = ? AND state = 'running'", (subject_key,)
@@ -505,14 +584,51 @@ class LineageDB:
         row = self._conn.execute("SELECT seq, receipt_hash FROM receipts ORDER BY seq DESC LIMIT 1").fetchone()
         return (row[0], row[1]) if row else None
 
+    def receipts(self, subject_key: str | None = None) -> list[dict[str, Any]]:
+        """The sealed receipts of the chain, in order: ``seq``, ``saga_id``, ``subject_key``, ``receipt_hash``,
+        ``previous_hash``, ``created_at`` and ``body`` (the signed receipt's canonical bytes, unsealed)."""
+        query = "SELECT seq, saga_id, subject_key, receipt_hash, previous_hash, created_at, receipt_sealed FROM receipts"
+        rows = self._conn.execute(query + (" WHERE subject_key = ?" if subject_key else "") + " ORDER BY seq",
+                                  (subject_key,) if subject_key else ()).fetchall()
+        out = []
+        for row in rows:
+            item = {key: row[key] for key in ("seq", "saga_id", "subject_key", "receipt_hash", "previous_hash",
+                                              "created_at")}
+            item["body"] = self.secret.unseal(bytes(row["receipt_sealed"]))
+            out.append(item)
+        return out
+
+    def receipt_seq(self, receipt_hash: str) -> int | None:
+        """The chain position of a sealed receipt, or None when the chain holds no receipt with this hash."""
+        row = self._conn.execute("SELECT seq FROM receipts WHERE receipt_hash = ?", (receipt_hash,)).fetchone()
+        return row[0] if row else None
+
     def receipt_for_saga(self, saga_id: str) -> bytes | None:
         row = self._conn.execute("SELECT receipt_sealed FROM receipts WHERE saga_id = ?", (saga_id,)).fetchone()
         return self.secret.unseal(bytes(row[0])) if row else None
 
-    def append_receipt(self, saga_id: str, subject_key: str, receipt_hash: str, previous: str | None, body: bytes) -> int:
-        """Add a receipt to the chain and close its saga, in one transaction."""
+    def rekey_content_hashes(self) -> None:
+        """Migration 6: turn every stored unkeyed SHA-256 of content into its keyed form (inside the
+        migration's transaction)."""
+        rows = self._conn.execute("SELECT store, artifact_id, content_hash FROM artifacts"
+                                  " WHERE content_hash IS NOT NULL").fetchall()
+        self._conn.executemany("UPDATE artifacts SET content_hash = ? WHERE store = ? AND artifact_id = ?",
+                               [(self.secret.content_key(h), store, aid) for store, aid, h in rows])
+
+    def append_receipt(self, saga_id: str, subject_key: str, receipt_hash: str, previous: str | None, body: bytes,
+                       purge: Iterable[ArtifactRecord] = ()) -> int:
+        """Add a receipt to the chain and close its saga, in one transaction.
+
+        ``purge`` names the saga's artifacts: in the same transaction their fingerprints, keyed content
+        hashes, norms and probe vectors are removed, so once a receipt is sealed Tombstone's records keep
+        nothing of what was erased but ids and statuses (``secure_delete`` zeroes the freed bytes; the
+        write-ahead log is checkpointed and truncated afterwards)."""
         now = self._now()
+        purge = [(a.store, a.artifact_id) for a in purge]
         with self.atomic() as conn:
+            conn.executemany("UPDATE artifacts SET fingerprint = NULL, content_hash = NULL, inv_norm = NULL"
+                             " WHERE store = ? AND artifact_id = ?", purge)
+            conn.executemany("DELETE FROM probes WHERE store = ? AND artifact_id = ?", purge)
             head = self.chain_head()
             if (head[1] if head else None) != previous:
                 raise LineageError("receipt chain moved while this receipt was being signed; resume the saga")
@@ -524,4 +640,7 @@ class LineageDB:
             conn.execute(
                 "UPDATE sagas SET state = 'done', finished_at = ? WHERE saga_id = ?", (now, saga_id)
             )
+        if purge and not self.postgres:
+            # The WAL still holds page images from before the purge: fold them into the (zeroed) file.
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return seq

@@ -51,11 +51,17 @@ class SagaContext:
     signer: Callable[[], Ed25519PrivateKey]
     """Loads the deployment's signing key, when a receipt is to be signed."""
     receipt_path: Callable[[str], Path]
-    """Where a subject's receipt goes when the caller named no file."""
+    """Where a subject's receipt goes when the caller named no file (before a counter is added to a name
+    that is taken)."""
     levels: frozenset[Level] = ALL_LEVELS
     """The verification levels the deployment enables."""
+    auditors: tuple[Any, ...] = ()
+    """Auditors' X25519 public keys: receipts seal content patterns to them (none: no patterns at all)."""
     has_store: Callable[[str], bool] = lambda store: True
     """Whether the configuration lists a store (to tell a removed store from a broken one)."""
+    receipts_dir: Path | None = None
+    """The directory default receipt names are recorded relative to (so a moved deployment's resume writes
+    into its own receipts directory); paths outside it are recorded whole."""
 
 
 __all__ = ["RetryPolicy", "SagaContext"]

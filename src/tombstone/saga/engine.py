@@ -36,6 +36,7 @@ from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.receipt import canonical_bytes, sign
 from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
+from tombstone.receipt.files import numbered, receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
 from tombstone.verify import runner
@@ -72,6 +73,10 @@ class Saga:
         self.saga_id = saga_id
         self.subject = subject
         self.out_path = out_path
+        """Where the receipt goes, as recorded with the saga: relative to the receipts directory, or whole."""
+        self.replaced_out_path: str | None = None
+        """The file a continued saga was to write before the caller named another (its unsealed receipt, if
+        one was written there, is removed once the new file is sealed)."""
         self.scope: dict[tuple[str, str], str] = {}
 
     @classmethod
@@ -129,8 +134,8 @@ class Saga:
             if running is not None:
                 return cls(ctx, running["saga_id"], subject, running["out_path"], lock)
             saga_id = str(uuid.uuid4())
-            ctx.lineage.create_saga(saga_id, subject, None, plan={"artifacts": []})
-            return cls(ctx, saga_id, subject, None, lock)
+            stored = create_saga(ctx, saga_id, subject, None, plan={"artifacts": []})
+            return cls(ctx, saga_id, subject, stored, lock)
         except BaseException:
             lock.release()
             raise
@@ -139,17 +144,24 @@ class Saga:
     def _start_locked(cls, ctx: SagaContext, subject, key, scope, out_path, lock, allow_missing) -> "Saga":
         running = ctx.lineage.running_saga(key)
         if running is not None:
-            return cls(ctx, running["saga_id"], subject, out_path or running["out_path"], lock)
+            saga = cls(ctx, running["saga_id"], subject, running["out_path"], lock)
+            if out_path:  # the caller names another file for the continued saga's receipt
+                with ctx.lineage.receipt_names_lock():
+                    stored = user_out_path(ctx, out_path, saga.saga_id)
+                    if stored != running["out_path"]:
+                        ctx.lineage.set_out_path(saga.saga_id, stored)
+                        saga.replaced_out_path = running["out_path"]
+                        saga.out_path = stored
+            return saga
         preflight(ctx, {a.store for a, _ in scope}, allow_missing)
         saga_id = str(uuid.uuid4())
         # The plan is journaled with the saga itself, in one transaction: the set of artifacts is fixed for
         # the saga's life, so a resume works on exactly what a clean run would have, even if the app
         # wrote more in between, and no crash can leave a saga without its plan.
-        kill_point("saga:create:before")
-        ctx.lineage.create_saga(saga_id, subject, out_path,
-                                plan={"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
+        stored = create_saga(ctx, saga_id, subject, out_path,
+                             plan={"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
         kill_point("saga:create:done")
-        return cls(ctx, saga_id, subject, out_path, lock)
+        return cls(ctx, saga_id, subject, stored, lock)
 
     @classmethod
     def resume(cls, owner: Any, saga_id: str, wait: float = 0.0) -> "Saga":
@@ -299,16 +311,16 @@ class Saga:
             for art in arts:
                 entries.append(artifact_entry(art, ver[art.artifact_id],
                                               scope=self.scope.get((art.store, art.artifact_id), "owned"),
-                                              suppression=sup, reclaim=rec))
+                                              suppression=sup, reclaim=rec, auditors=self.ctx.auditors))
         body = receipt_body(subject=self.subject, saga_id=self.saga_id, sequence=(head[0] if head else 0) + 1,
                             started_at=saga["started_at"], finished_at=iso(self.ctx.clock()), entries=entries,
                             previous_receipt_hash=head[1] if head else None,
                             statement=None if entries else NOTHING_RECORDED)
         receipt = sign(body, self.ctx.signer())
         data = canonical_bytes(receipt)
-        out = Path(self.out_path) if self.out_path else self.ctx.receipt_path(self.subject)
+        out = self._destination()
         # The file is written before the chain row: if the process dies in between, the saga is
-        # still running and resume signs and writes a fresh receipt; the chain never names a
+        # still running and resume signs and rewrites the same file; the chain never names a
         # receipt that was not delivered.
         kill_point("saga:receipt:before-file")
         try:
@@ -318,10 +330,104 @@ class Saga:
                 f"cannot write receipt to {out}: {exc.strerror or exc}; the saga is kept, run 'tombstone resume'"
             ) from exc
         kill_point("saga:receipt:before-chain")
+        # Sealing the receipt and purging what the lineage db kept of the erased content are one transaction:
+        # a crash before it leaves both for resume (which needs the fingerprints to seal patterns again).
         self.lineage.append_receipt(self.saga_id, self.lineage.subject_key(self.subject),
-                                    receipt["receipt_hash"], body["previous_receipt_hash"], data)
+                                    receipt["receipt_hash"], body["previous_receipt_hash"], data,
+                                    purge=[art for arts in groups.values() for art in arts])
         self.receipt_path = out
+        if self.replaced_out_path:
+            stale = out_path_of(self.ctx, self.replaced_out_path)
+            held = receipt_in(stale)
+            if not same_file_name(stale, out) and held and held["saga_id"] == self.saga_id:
+                stale.unlink(missing_ok=True)  # this saga's unsealed receipt from before the caller moved it
         return receipt
+
+    def _destination(self) -> Path:
+        """The file this saga's receipt goes to: the one recorded when the saga was created, rewritten if it
+        holds this saga's own unsealed receipt. If it has since been taken (another saga's receipt, or any
+        file at a default name), the next free name is chosen and recorded, so that nothing is overwritten."""
+        with self.lineage.receipt_names_lock():
+            if self.out_path is None:  # a saga created before receipt files were chosen at creation
+                chosen = free_receipt_path(self.ctx, self.ctx.receipt_path(self.subject), self.saga_id)
+            else:
+                path = out_path_of(self.ctx, self.out_path)
+                held = receipt_in(path)
+                user_file = Path(self.out_path).is_absolute()
+                if (held is None and (user_file or not path.exists())) or (held and held["saga_id"] == self.saga_id):
+                    return path
+                chosen = free_receipt_path(self.ctx, path, self.saga_id)
+            self.out_path = stored_out_path(self.ctx, chosen)
+            self.lineage.set_out_path(self.saga_id, self.out_path)
+            return chosen
+
+
+def out_path_of(ctx: SagaContext, stored: str) -> Path:
+    """A recorded receipt path as a file: a relative one is inside the receipts directory."""
+    path = Path(stored)
+    return path if path.is_absolute() else Path(ctx.receipts_dir or ".") / path
+
+
+def stored_out_path(ctx: SagaContext, path: Path) -> str:
+    """How a chosen default receipt file is recorded: relative to the receipts directory when inside it."""
+    if ctx.receipts_dir is not None:
+        try:
+            return path.relative_to(ctx.receipts_dir).as_posix()
+        except ValueError:
+            pass
+    return str(path.absolute())
+
+
+def _taken_by_others(ctx: SagaContext, saga_id: str) -> dict[Path, str]:
+    """The receipt files other unfinished sagas have chosen, with the saga that chose each."""
+    return {out_path_of(ctx, stored): other for other, stored in ctx.lineage.running_out_paths().items()
+            if other != saga_id}
+
+
+def free_receipt_path(ctx: SagaContext, base: Path, saga_id: str) -> Path:
+    """The first of ``base``, ``base`` with ``.2``, ``.3``, ... before its suffix, that no file holds (or that
+    holds this saga's own unsealed receipt) and no other unfinished saga has chosen. Call it under
+    ``receipt_names_lock``."""
+    taken = _taken_by_others(ctx, saga_id)
+    n = 1
+    while True:
+        candidate = numbered(base, n)
+        if not any(same_file_name(candidate, other) for other in taken):
+            held = receipt_in(candidate)
+            if not candidate.exists() or (held is not None and held["saga_id"] == saga_id):
+                return candidate
+        n += 1
+
+
+def user_out_path(ctx: SagaContext, out: str, saga_id: str) -> str:
+    """Check a receipt file the caller named (``--out``) and return it as recorded (absolute). Refuses one that
+    holds another saga's receipt (a sealed one above all), or that another unfinished saga will write.
+    Call it under ``receipt_names_lock``."""
+    path = Path(out).absolute()
+    held = receipt_in(path)
+    if held is not None and held["saga_id"] != saga_id:
+        seq = ctx.lineage.receipt_seq(held["receipt_hash"])
+        what = f"sealed receipt #{seq}" if seq is not None else "a receipt"
+        raise ConfigError(f"--out {out} already holds {what} (saga {held['saga_id']}); refusing to overwrite it:"
+                          " name another file, or leave --out out to get a new file under receipts_dir")
+    for other_path, other in _taken_by_others(ctx, saga_id).items():
+        if same_file_name(path, other_path):
+            raise ConfigError(f"--out {out} is where unfinished saga {other} will write its receipt; name another file")
+    return str(path)
+
+
+def create_saga(ctx: SagaContext, saga_id: str, subject: str, out_path: str | None,
+                plan: dict[str, Any]) -> str:
+    """Record a new saga with its plan and the receipt file it will write, chosen now (the caller's file, or
+    a free default name) so that a resume after a crash writes the same file. Returns that file as recorded."""
+    with ctx.lineage.receipt_names_lock():
+        if out_path:
+            stored = user_out_path(ctx, out_path, saga_id)
+        else:
+            stored = stored_out_path(ctx, free_receipt_path(ctx, ctx.receipt_path(subject), saga_id))
+        kill_point("saga:create:before")
+        ctx.lineage.create_saga(saga_id, subject, stored, plan=plan)
+    return stored
 
 
 def preflight(ctx: SagaContext, stores: set[str], allow_missing: frozenset[str] = frozenset()) -> None:
