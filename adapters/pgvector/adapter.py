@@ -276,12 +276,15 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         and a byte scan cannot see values PostgreSQL compressed."""
         stats = self._stats_values()
         document_values = stats.get(self.pg.cols["document"], [])
-        doc_hashes = {hashlib.sha256(v.encode("utf-8")).hexdigest() for v in document_values}
+        # The lineage db keeps only keyed content hashes: without the key (an independent verifier) the
+        # statistics are searched for ids alone.
+        keyed = self.content_key
+        doc_hashes = {keyed(hashlib.sha256(v.encode("utf-8")).hexdigest()) for v in document_values} if keyed else set()
         dead = self._dead_tuples()
         out = {}
         for art in artifacts:
             stats_id = sorted(col for col, values in stats.items() if any(art.artifact_id in v for v in values))
-            stats_content = art.content_hash in doc_hashes
+            stats_content = art.content_hash is not None and art.content_hash in doc_hashes
             found = []
             if stats_id:
                 found.append(f"id in planner statistics of column(s) {', '.join(stats_id)}")

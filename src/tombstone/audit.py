@@ -24,6 +24,7 @@ from tombstone.errors import ConfigError, ReceiptError, TombstoneError
 from tombstone.keys import PUBLIC_KEY, load_public_key
 from tombstone.lineage.guard import forbid_lineage
 from tombstone.receipt import load_receipt, verify
+from tombstone.receipt.sealing import load_private as load_auditor_private
 from tombstone.receipt.model import ArtifactEntry, Receipt
 from tombstone.verify import runner
 from tombstone.verify.levels import Level, StatusKind
@@ -114,8 +115,12 @@ def audit(
     key_path: str | None = None,
     previous: Sequence[str] = (),
     anchor: str | None = None,
+    auditor_key_path: str | None = None,
 ) -> AuditReport:
-    """Audit one receipt against the stores. Raises TombstoneError only for bad input."""
+    """Audit one receipt against the stores. Raises TombstoneError only for bad input.
+
+    With ``auditor_key_path`` (an auditor private key the receipt's content patterns were sealed to) the
+    probes search for the artifacts' content as well as their ids; without it the audit is by id alone."""
     receipt_path = Path(receipt_path)
     with forbid_lineage("the independent verifier"):
         receipt = load_receipt(receipt_path)  # unreadable input is ReceiptFormatError: bad input, exit 2
@@ -136,11 +141,28 @@ def audit(
                     return AuditReport(str(receipt_path), "ok", f"broken: {path}: {exc}", [])
                 chain_receipts.append(earlier)
             chain = check_chain(chain_receipts, anchor)
-        rows = _reprobe(Receipt.parse(receipt), config)
+        auditor_key = load_auditor_private(auditor_key_path) if auditor_key_path else None
+        rows = _reprobe(Receipt.parse(receipt), config, auditor_key)
     return AuditReport(str(receipt_path), "ok", chain, rows)
 
 
-def _reprobe(receipt: Receipt, config: Config) -> list[AuditRow]:
+def _patterns_note(entries: Sequence[ArtifactEntry], auditor_key: Any, opened: int) -> str | None:
+    """Why the audit searched a store by id alone, when it did."""
+    sealed = [e for e in entries if e.sealed_patterns]
+    if sealed:
+        if auditor_key is None:
+            return ("content patterns: id-only audit: the receipt's content patterns are sealed to auditor keys"
+                    " (pass --auditor-key to search for content too)")
+        if opened < len(sealed):
+            return f"content patterns: {opened} of {len(sealed)} opened with this auditor key; the rest searched by id only"
+        return None
+    if all(e.fingerprint is None for e in entries):
+        return ("content patterns: id-only audit: the receipt carries none for these artifacts (none recorded,"
+                " or no auditor key was configured to seal them to)")
+    return None
+
+
+def _reprobe(receipt: Receipt, config: Config, auditor_key: Any = None) -> list[AuditRow]:
     rows: list[AuditRow] = []
     # The auditor's pipeline: no lineage (no probe vectors, no duplicate-content attribution), store
     # failures reported as probes that could not run, every level the receipt could have claimed.
@@ -156,8 +178,12 @@ def _reprobe(receipt: Receipt, config: Config) -> list[AuditRow]:
                 adapter = open_adapter(store, cfg.backend, cfg.options)
             except TombstoneError as exc:
                 problem = str(exc)
-        arts = [entry.record() for entry in entries]
+        patterns = {e.artifact_id: e.open_patterns(auditor_key) if auditor_key is not None else None for e in entries}
+        arts = [entry.record(patterns[entry.artifact_id]) for entry in entries]
         not_run: list[str] = [NOT_RUN_FRAGMENTS]
+        note = _patterns_note(entries, auditor_key, sum(1 for p in patterns.values() if p))
+        if note:
+            not_run.append(note)
         verdicts: dict[str, runner.Verdict] = {}
         if adapter is not None:
             try:

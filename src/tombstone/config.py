@@ -11,6 +11,7 @@ can be moved or copied as a whole (the crash-resume tests rely on that).
     receipts_dir = "receipts"
     # lineage_dsn = "postgresql://tombstone@db.internal/tombstone"   # several workers: see below
     # levels = ["logical", "physical", "semantic", "model"]           # the default: every level
+    # auditor_keys = ["keys/auditor-acme.pub"]                        # content patterns sealed to these
 
     [stores.docs]
     backend = "docstore"
@@ -19,6 +20,10 @@ can be moved or copied as a whole (the crash-resume tests rely on that).
 ``lineage_dsn``, when set, puts the lineage db (and so the saga journal and the job queue of
 ``tombstone worker``) on PostgreSQL instead of the ``lineage_db`` file, so workers on several machines
 share it. Leave the password out of it: libpq reads ``PGPASSWORD`` or ``~/.pgpass``.
+
+``auditor_keys`` lists auditors' public keys (made by ``tombstone auditor-key``): each receipt seals the
+erased artifacts' content patterns (fingerprints) to them, so those auditors can re-probe by content as
+well as by id. Without any, receipts carry no content pattern at all and audits are by id.
 
 ``levels`` lists the verification levels the saga runs; a level left out shows on every receipt as not
 run, with that reason. The logical level cannot be left out (nothing is VERIFIED without it).
@@ -79,6 +84,8 @@ class Config:
     """A ``postgresql://`` DSN: the lineage db (journal, queue) lives there instead of ``lineage_db``."""
     levels: frozenset[Level] = frozenset(Level)
     """The verification levels the saga runs (every level by default)."""
+    auditor_keys: tuple[Path, ...] = ()
+    """Auditors' public keys; receipts seal content patterns to each (``tombstone.receipt.sealing``)."""
 
     @property
     def lineage_target(self) -> str | Path:
@@ -148,9 +155,13 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(f"{path}: tombstone.levels names unknown level(s) {', '.join(unknown)}; known: {', '.join(known)}")
     if Level.LOGICAL.value not in levels:
         raise ConfigError(f"{path}: tombstone.levels must include \"logical\": nothing is verified without it")
+    auditor_keys = section.get("auditor_keys", [])
+    if not (isinstance(auditor_keys, list) and all(isinstance(k, str) and k for k in auditor_keys)):
+        raise ConfigError(f"{path}: tombstone.auditor_keys must be a list of public key file paths")
     return Config(
         path=path,
         lineage_dsn=dsn,
+        auditor_keys=tuple(_resolve(root, k, "tombstone.auditor_keys") for k in auditor_keys),
         levels=frozenset(Level(lv) for lv in levels),
         lineage_db=_resolve(root, section.get("lineage_db", "lineage.db"), "tombstone.lineage_db"),
         keys_dir=_resolve(root, section.get("keys_dir", "keys"), "tombstone.keys_dir"),

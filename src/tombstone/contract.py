@@ -19,7 +19,7 @@ import abc
 import contextlib
 import difflib
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -96,6 +96,9 @@ class Adapter(abc.ABC):
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         self.store = store
         self.options = dict(options)
+        self.content_key: Callable[[str], str] | None = None
+        """Turns a SHA-256 hex digest of content into the keyed form the lineage db records
+        (``ArtifactRecord.content_hash``); set by the deployment, None for an independent verifier."""
 
     # -- errors -------------------------------------------------------------------------------
 

@@ -116,4 +116,4 @@ def test_audit_bad_input(tmp_path, deployed):
     bad.write_text("{")
     one_line_error(run("audit", str(bad), "--config", str(deployed / "tombstone.toml")), 2)
     receipt = erase(deployed, "user-0001")
-    one_line_error(run("audit", str(receipt), "--anchor", "nonsense"), 1)
+    one_line_error(run("audit", str(receipt), "--anchor", "nonsense"), 2)  # bad input, as the README says

@@ -131,4 +131,11 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         ALTER TABLE journal ADD COLUMN worker TEXT NOT NULL DEFAULT '';
         """,
     ),
+    (
+        6,
+        "keyed content hashes",
+        # Python, not SQL: each stored SHA-256 of content becomes HMAC(secret, digest), the only form the
+        # lineage db keeps from now on (an unkeyed hash lets anyone holding the db confirm a guessed text).
+        lambda db: db.rekey_content_hashes(),
+    ),
 )

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tombstone.lineage.records import ArtifactRecord
+from tombstone.receipt.sealing import seal
 from tombstone.receipt.signing import RECEIPT_KIND, SCHEMA_VERSION
 from tombstone.verify.levels import Status, StatusKind
 from tombstone.version import __version__
@@ -32,16 +33,19 @@ def status_record(status: Status) -> dict[str, Any]:
 
 
 def artifact_entry(art: ArtifactRecord, decided: Mapping[str, Any], *, scope: str, suppression: Mapping[str, Any],
-                   reclaim: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One artifact's entry: its status (``decided["status"]``) and the evidence of every step."""
-    return {
+                   reclaim: Mapping[str, Any] | None, auditors: Sequence[Any] = ()) -> dict[str, Any]:
+    """One artifact's entry: its status (``decided["status"]``) and the evidence of every step.
+
+    The fingerprint never goes on the receipt in the clear: it is sealed to each of ``auditors`` (their
+    X25519 public keys, ``receipt.sealing``), or left out when there are none."""
+    entry = {
         "artifact_id": art.artifact_id,
         "store": art.store,
         "backend": art.backend,
         "kind": art.kind,
         **decided["status"],
-        "fingerprint": list(art.fingerprint) if art.fingerprint is not None else None,
-        "inv_norm": art.inv_norm,
+        "fingerprint": None,
+        "inv_norm": None,
         "evidence": {
             "scope": scope,
             "suppression": {"recorded": True, **suppression},
@@ -49,6 +53,9 @@ def artifact_entry(art: ArtifactRecord, decided: Mapping[str, Any], *, scope: st
             "probes": decided["probes"],
         },
     }
+    if art.fingerprint is not None and auditors:
+        entry["sealed_patterns"] = seal({"fingerprint": list(art.fingerprint), "inv_norm": art.inv_norm}, auditors)
+    return entry
 
 
 def summary(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:

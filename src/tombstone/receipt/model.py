@@ -49,6 +49,8 @@ class ArtifactEntry:
     inv_norm: float | None
     evidence: dict[str, Any]
     probes: dict[Level, ProbeRecord]
+    sealed_patterns: tuple[dict[str, str], ...] = ()
+    """The content patterns sealed to auditor keys (schema 1.1); open with :meth:`open_patterns`."""
     action: str | None = None
     """What a person must do next (None: nothing). Receipts of schema 1.0 did not record it; for them it
     is read from the status: RESIDUAL and NEEDS_HUMAN need a person, anything else is not known."""
@@ -64,10 +66,21 @@ class ArtifactEntry:
             detail = f"{detail}: {self.measurement}"
         return f"{self.status.value}({detail})"
 
-    def record(self) -> ArtifactRecord:
-        """The artifact as a probe needs it: what the receipt carries, nothing from a lineage db."""
+    def open_patterns(self, private_key: Any) -> dict[str, Any] | None:
+        """The content patterns sealed to this auditor key, or None when none were sealed to it."""
+        from tombstone.receipt.sealing import open_sealed
+
+        return open_sealed(self.sealed_patterns, private_key) if self.sealed_patterns else None
+
+    def record(self, patterns: Mapping[str, Any] | None = None) -> ArtifactRecord:
+        """The artifact as a probe needs it: what the receipt carries (and, for an auditor holding a key it
+        was sealed to, its opened content patterns), nothing from a lineage db."""
+        fingerprint, inv_norm = self.fingerprint, self.inv_norm
+        if patterns:
+            fingerprint = tuple(float(x) for x in patterns.get("fingerprint") or ()) or None
+            inv_norm = patterns.get("inv_norm")
         return ArtifactRecord(store=self.store, artifact_id=self.artifact_id, backend=self.backend, kind=self.kind,
-                              fingerprint=self.fingerprint, inv_norm=self.inv_norm)
+                              fingerprint=fingerprint, inv_norm=inv_norm)
 
 
 def _legacy_action(art: Mapping[str, Any]) -> str | None:
@@ -113,6 +126,7 @@ class Receipt:
                 reason=art["reason"], measurement=art["measurement"],
                 fingerprint=tuple(art["fingerprint"]) if art["fingerprint"] else None, inv_norm=art.get("inv_norm"),
                 evidence=dict(art["evidence"]), probes=probes,
+                sealed_patterns=tuple(dict(item) for item in art.get("sealed_patterns", ())),
                 action=art.get("action") if "action" in art else _legacy_action(art)))
         return cls(
             data=dict(data), subject=data["subject"], saga_id=data["saga_id"], sequence=data["sequence"],
