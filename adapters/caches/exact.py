@@ -22,9 +22,10 @@ from sqlalchemy.orm import Session, declarative_base
 
 from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, LineageDB
 from tombstone.verify.levels import Level
+from tombstone.verify.scanner import check_regular
 
 from .attribution import current
 from .hooks import ExactCacheHooks
@@ -89,6 +90,11 @@ class ExactCacheAdapter(ExactCacheHooks, Adapter):
         self.path = Path(options["path"])
         if not self.path.is_file():
             raise StoreUnavailableError(f"no cache database at {self.path}", store=store, retryable=False)
+        try:
+            check_regular(self.physical_files())  # SQLite would block forever on a FIFO at -journal
+        except TombstoneError as exc:
+            raise StoreUnavailableError(f"cannot open cache database {self.path}: {exc}", store=store,
+                                        retryable=False) from exc
         self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         if options.get("secure_delete") is not None:
             self.conn.execute(f"PRAGMA secure_delete={'ON' if options['secure_delete'] else 'OFF'}")

@@ -21,6 +21,7 @@ from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, To
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.scanner import check_regular
 
 from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection
 from .hooks import ChromaHooks
@@ -80,6 +81,11 @@ class ChromaAdapter(ChromaHooks, Adapter):
         self.name = str(options["collection"])
         if not (self.path / "chroma.sqlite3").is_file():
             raise StoreUnavailableError(f"no Chroma persist directory at {self.path}", store=store, retryable=False)
+        try:  # SQLite would block forever on a FIFO at -journal
+            check_regular(self.path / f"chroma.sqlite3{suffix}" for suffix in ("", "-wal", "-shm", "-journal"))
+        except TombstoneError as exc:
+            raise StoreUnavailableError(f"cannot open Chroma store {self.path}: {exc}", store=store,
+                                        retryable=False) from exc
         self.client = chromadb.PersistentClient(path=str(self.path))
         self._col = None
         self.collection()  # fail now, with one line, if the collection is missing
@@ -370,8 +376,8 @@ class ChromaAdapter(ChromaHooks, Adapter):
                                            store=self.store)
         files = [self.path / f"chroma.sqlite3{suffix}" for suffix in ("", "-wal", "-shm", "-journal")]
         for child in sorted(self.path.iterdir()):
-            if child.is_dir():
-                files += sorted(p for p in child.rglob("*") if p.is_file())
+            if child.is_dir():  # everything but folders: the scanner refuses (and names) what it must not read
+                files += sorted(p for p in child.rglob("*") if not p.is_dir())
         return files
 
     def close(self) -> None:

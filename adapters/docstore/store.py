@@ -13,6 +13,7 @@ from typing import Any
 
 from tombstone.errors import StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, LineageDB
+from tombstone.verify.scanner import check_regular
 
 BACKEND = "docstore"
 _METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -66,6 +67,10 @@ class DocStore:
         self.store = store
         if not create and not self.path.is_file():
             raise StoreUnavailableError(f"docstore file not found: {self.path}", store=store, retryable=False)
+        try:
+            check_regular(self.files())  # SQLite would block forever on a FIFO at -journal
+        except TombstoneError as exc:
+            raise StoreUnavailableError(f"cannot open docstore {self.path}: {exc}", store=store, retryable=False) from exc
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)

@@ -124,4 +124,5 @@ class FaissAdapter(FaissHooks, Adapter):
     def physical_files(self) -> list[Path]:
         if not os.access(self.faiss.dir, os.R_OK | os.X_OK):
             raise PhysicalUnsupportedError(f"store directory {self.faiss.dir} is not readable", store=self.store)
-        return self.faiss.files()
+        # everything but folders: the scanner refuses (and names) what it must not read
+        return sorted(p for p in self.faiss.dir.iterdir() if not p.is_dir())

@@ -282,7 +282,8 @@ class QdrantAdapter(QdrantHooks, Adapter):
     def physical_files(self) -> list[Path]:
         if not os.access(self.path, os.R_OK | os.X_OK):
             raise PhysicalUnsupportedError(f"storage directory {self.path} is not readable", store=self.store)
-        return sorted(p for p in self.path.rglob("*") if p.is_file() and p.name != ".lock")
+        # everything but folders: the scanner refuses (and names) what it must not read
+        return sorted(p for p in self.path.rglob("*") if not p.is_dir() and p.name != ".lock")
 
     def close(self) -> None:
         """The shared local-mode client stays open for the rest of the process (see ``local_client``)."""

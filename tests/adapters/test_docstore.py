@@ -162,3 +162,24 @@ def test_store_lost_mid_saga_is_unverified(tomb, monkeypatch):
     receipt, _ = tomb.erase("alice")
     assert {a["status"] for a in receipt["artifacts"]} == {"UNVERIFIED"}
     assert all(a["reason"].startswith("dlq: ") for a in receipt["artifacts"])
+
+
+
+@pytest.mark.parametrize("sidecar,plant", [("-journal", "fifo"), ("-shm", "dev-zero")])
+def test_a_special_file_at_a_sidecar_path_is_named_and_never_hangs(tomb, sidecar, plant):
+    import os
+    import subprocess
+    import sys
+
+    write_docs(tomb, "alice", 1)
+    planted = Path(tomb.config.stores["docs"].options["path"] + sidecar)
+    planted.unlink(missing_ok=True)
+    if plant == "fifo":
+        os.mkfifo(planted)
+    else:
+        planted.symlink_to("/dev/zero")
+    # SQLite itself blocks forever on a FIFO at -journal: the store is refused before it is opened
+    result = subprocess.run([sys.executable, "-m", "tombstone", "erase", "alice", "--config", str(tomb.config.path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert f"docstore.db{sidecar} is a" in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr

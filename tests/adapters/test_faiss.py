@@ -205,3 +205,28 @@ def test_id_with_quotes_is_found_in_its_json_spelling(ftomb):
     assert adapter.probe_physical([art])[art.artifact_id].id_found
     receipt, _ = ftomb.erase("carol")
     assert receipt["artifacts"][0]["status"] == "VERIFIED"
+
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
+def test_a_special_file_in_the_store_leaves_the_artifact_unverified_and_never_hangs(ftomb, plant):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    mine = write(ftomb, "alice", 2)
+    planted = store_dir(ftomb) / "index-999999.faiss"
+    if plant == "fifo":
+        os.mkfifo(planted)
+    else:
+        planted.symlink_to("/dev/zero")
+    out = ftomb.config.path.parent / "alice-receipt.json"
+    result = subprocess.run([sys.executable, "-m", "tombstone", "erase", "alice", "--config", str(ftomb.config.path),
+                             "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stdout + result.stderr  # written, but a person must act
+    receipt = json.loads(out.read_text())
+    assert {a["artifact_id"] for a in receipt["artifacts"]} == set(mine)
+    for entry in receipt["artifacts"]:
+        assert entry["status"] == "UNVERIFIED", entry
+        assert "index-999999.faiss" in entry["reason"], entry["reason"]

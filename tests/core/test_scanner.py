@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tombstone.errors import StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.verify import scanner
 from tombstone.verify.scanner import scan_files
 
@@ -65,3 +65,76 @@ def test_unreadable_file_raises_rather_than_reporting_absence(tmp_path):
 def test_empty_pattern_rejected(tmp_path):
     with pytest.raises(ValueError):
         scan_files([], {"x": b""})
+
+
+def _bounded(action, seconds: float = 20.0):
+    """Run ``action`` in a thread; fail (instead of hanging the suite) if it has not returned in time."""
+    import threading
+
+    out: dict = {}
+
+    def target():
+        try:
+            out["value"] = action()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"the scan did not return within {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def test_a_fifo_is_refused_not_read(tmp_path):
+    import os
+
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "docstore.db").write_bytes(b"clean")
+    fifo = store / "docstore.db-shm"
+    os.mkfifo(fifo)
+    with pytest.raises(PhysicalUnsupportedError, match="docstore.db-shm is a FIFO"):
+        _bounded(lambda: scan_files([store / "docstore.db", fifo], {"x": b"id-1"}, root=store))
+
+
+def test_a_link_to_dev_zero_is_refused_not_read(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "docstore.db").write_bytes(b"clean")
+    link = store / "docstore.db-journal"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(PhysicalUnsupportedError, match="docstore.db-journal is a symbolic link that leaves the store"):
+        _bounded(lambda: scan_files([store / "docstore.db", link], {"x": b"id-1"}, root=store))
+    with pytest.raises(PhysicalUnsupportedError, match="symbolic link"):  # without a root, no link is followed
+        _bounded(lambda: scan_files([link], {"x": b"id-1"}))
+
+
+def test_a_path_through_a_linked_folder_that_leaves_the_store_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "data_level0.bin").write_bytes(b"someone else's id-1")
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "segment").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(PhysicalUnsupportedError, match="resolves outside the store"):
+        _bounded(lambda: scan_files([store / "segment" / "data_level0.bin"], {"x": b"id-1"}, root=store))
+
+
+def test_a_link_inside_the_store_is_scanned_as_its_target(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "real.bin").write_bytes(b"..id-1..")
+    (store / "alias.bin").symlink_to(store / "real.bin")
+    report = _bounded(lambda: scan_files([store / "alias.bin"], {"x": b"id-1"}, root=store))
+    assert [(h.file, h.offset) for h in report.found("x")] == [(str(store / "alias.bin"), 2)]
+
+
+def test_no_file_is_read_past_its_size_when_opened(tmp_path, monkeypatch):
+    monkeypatch.setattr(scanner, "MAX_FILE_BYTES", 4)
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"0123456789")
+    with pytest.raises(PhysicalUnsupportedError, match="larger than the scan bound"):
+        scan_files([big], {"x": b"9"}, root=tmp_path)

@@ -19,7 +19,8 @@ An adapter contributes through hooks on :class:`tombstone.contract.Adapter`:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,12 @@ def default_patterns(artifact: ArtifactRecord) -> dict[str, bytes]:
     return patterns
 
 
+def store_root(files: Iterable[Any]) -> str | None:
+    """The folder every listed file lies in (the store's folder): nothing is read outside it."""
+    parents = [os.path.abspath(os.path.dirname(os.fspath(path))) for path in files]
+    return os.path.commonpath(parents) if parents else None
+
+
 def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
     """Scan every file of ``adapter``'s store once for all patterns of all ``artifacts``.
 
@@ -83,7 +90,7 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
     patterns = {f"{kind}\x00{aid}": pattern for aid, pats in per_artifact.items() for kind, pattern in pats.items()}
     with adapter.physical_snapshot() as files:
         labels = {str(path): label for path, label in files.items()}
-        report = scan_files(list(files), patterns)
+        report = scan_files(list(files), patterns, root=store_root(files))
     extra = adapter.physical_extra(artifacts)
     results = {}
     for art in artifacts:
