@@ -39,12 +39,12 @@ def test_readme_quick_start_is_three_lines():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert block.strip().splitlines() == [
-        "python -m pip install -e '.[all,dev]'",
+        "python -m pip install -e '.[all,dev,minilm]'",
         "tombstone demo",
         "python -m pytest",
     ]
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pip install -e '.[all,dev]'" in ci and "\npython -m pytest\n" in ci
+    assert "python -m pip install -e '.[all,dev,minilm]'" in ci and "\npython -m pytest\n" in ci
 
 
 def test_verification_levels_names_every_lattice_rule():
