@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,14 +38,10 @@ class QdrantHooks:
 
     @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:
-        """Every stored point, decoded from the collection's SQLite file (the harness's own files)."""
-        import pickle  # the harness reads files it wrote itself, never an untrusted store
+        """Every stored point, decoded from the collection's SQLite file with the restricted unpickler."""
+        from .points import read_points
 
         name = options.get("collection", "rag-chunks")
-        con = sqlite3.connect(Path(options["path"]) / "collection" / name / "storage.sqlite")
-        try:
-            points = [pickle.loads(b) for (b,) in con.execute("SELECT point FROM points")]
-        finally:
-            con.close()
+        points = [p for _rowid, p in read_points(Path(options["path"]) / "collection" / name / "storage.sqlite")]
         return sorted((p.payload["tombstone_id"], json.dumps(p.payload, sort_keys=True), tuple(p.vector))
                       for p in points)

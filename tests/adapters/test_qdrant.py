@@ -225,3 +225,53 @@ def test_rewrite_killed_midway_loses_no_survivor(qtomb, phase, monkeypatch):
     assert stored(qtomb) == expected
     assert all(r.passed for r in fresh.probe_physical(arts).values())
     assert not fresh.client.collection_exists("chunks-tombstone-rewrite")
+
+
+class _Planted:
+    """A pickle that creates a file when it is unpickled: what a planted row would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def plant(storage: Path, marker: Path) -> None:
+    conn = sqlite3.connect(storage)
+    with conn:
+        conn.execute("INSERT INTO points VALUES (?, ?)", ("planted", pickle.dumps(_Planted(marker))))
+    conn.close()
+
+
+def test_the_restricted_unpickler_reads_points_and_refuses_anything_else(tmp_path):
+    from qdrant_client._pydantic_compat import construct
+
+    from tombstone_adapters.qdrant.points import UnsafePointError, loads
+
+    point = construct(models.PointStruct, id=point_id("a"), vector={"dense": [0.5, 0.25],
+                      "sparse": models.SparseVector(indices=[1], values=[0.5])}, payload={"a": [1, "x", None, True]})
+    assert loads(pickle.dumps(point)) == point
+    marker = tmp_path / "ran"
+    with pytest.raises(UnsafePointError, match=r"names \w+\.open, which is not part of a point"):
+        loads(pickle.dumps(_Planted(marker)))
+    assert not marker.exists()
+
+
+def test_a_planted_pickle_is_not_run_by_erase(qtomb, tmp_path):
+    import subprocess
+    import sys
+
+    write(qtomb, "alice", 2)
+    close_local_clients()  # the next client loads the directory from disk, as another process would
+    marker = tmp_path / "pwned"
+    plant(path_of(qtomb) / "collection" / "chunks" / "storage.sqlite", marker)
+    result = subprocess.run([sys.executable, "-m", "tombstone", "erase", "alice", "--config", str(qtomb.config.path)],
+                            capture_output=True, text=True, timeout=120)
+    assert not marker.exists(), "a stored pickle ran during the erasure"
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "storage.sqlite holds a row that is not a plain point" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    with pytest.raises(Exception, match="not a plain point"):  # nor by the app's client in this process
+        local_client(path_of(qtomb))
+    assert not marker.exists()
