@@ -474,12 +474,47 @@ class LineageDB:
     # -- suppression --------------------------------------------------------------------------
 
     def record_suppressions(self, saga_id: str, artifacts: Iterable[ArtifactRecord]) -> None:
+        """The durable suppression record: from its commit on, every wrapper hides the artifacts."""
         now = self._now()
+        artifacts = list(artifacts)
         with self.atomic() as conn:
             conn.executemany(
-                "INSERT INTO suppressions VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                "INSERT INTO suppressions (store, artifact_id, saga_id, suppressed_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (store, artifact_id) DO UPDATE SET cleared_at = NULL",
                 [(a.store, a.artifact_id, saga_id, now) for a in artifacts],
             )
+            self._bump_generations(conn, {a.store for a in artifacts})
+
+    def clear_suppressions(self, artifacts: Iterable[ArtifactRecord]) -> None:
+        """The store's reclaim removed these records: wrappers need not filter them any more."""
+        now = self._now()
+        artifacts = list(artifacts)
+        with self.atomic() as conn:
+            conn.executemany(
+                "UPDATE suppressions SET cleared_at = ? WHERE store = ? AND artifact_id = ? AND cleared_at IS NULL",
+                [(now, a.store, a.artifact_id) for a in artifacts],
+            )
+            self._bump_generations(conn, {a.store for a in artifacts})
+
+    @staticmethod
+    def _bump_generations(conn: Any, stores: Iterable[str]) -> None:
+        conn.executemany(
+            "INSERT INTO suppression_generations (store, generation) VALUES (?, 1)"
+            " ON CONFLICT (store) DO UPDATE SET generation = suppression_generations.generation + 1",
+            [(store,) for store in sorted(stores)],
+        )
+
+    def suppression_generation(self, store: str) -> int:
+        """Changes whenever the store's set of hidden ids does (0: never anything suppressed)."""
+        row = self._conn.execute("SELECT generation FROM suppression_generations WHERE store = ?",
+                                 (store,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def hidden_ids(self, store: str) -> set[str]:
+        """Ids suppressed in ``store`` whose records reclaim has not removed: what wrappers must not return."""
+        rows = self._conn.execute("SELECT artifact_id FROM suppressions WHERE store = ? AND cleared_at IS NULL",
+                                  (store,))
+        return {row[0] for row in rows}
 
     def is_suppressed(self, store: str, artifact_id: str) -> bool:
         row = self._conn.execute(

@@ -138,4 +138,19 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         # lineage db keeps from now on (an unkeyed hash lets anyone holding the db confirm a guessed text).
         lambda db: db.rekey_content_hashes(),
     ),
+    (
+        7,
+        "hidden ids for the read path",
+        """
+        -- A suppression is 'cleared' once the store's reclaim removed the record: from then on no read path
+        -- can return it, so wrappers stop filtering it. Until then (and forever after a failed reclaim) the
+        -- wrappers post-filter it. The generation changes whenever a store's set of uncleared suppressions
+        -- does, so a wrapper re-reads the set only then.
+        ALTER TABLE suppressions ADD COLUMN cleared_at TEXT;
+        CREATE TABLE suppression_generations (
+            store      TEXT PRIMARY KEY,
+            generation INTEGER NOT NULL
+        );
+        """,
+    ),
 )

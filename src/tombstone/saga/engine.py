@@ -40,7 +40,7 @@ from tombstone.receipt.files import numbered, receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
 from tombstone.verify import runner
-from tombstone.verify.levels import StatusKind, decide
+from tombstone.verify.levels import Level, StatusKind, decide
 
 STEPS = ("suppress", "reclaim", "verify", "receipt")
 NOTHING_RECORDED = ("the lineage db records no artifact for this subject, so nothing was erased; stores written"
@@ -216,13 +216,20 @@ class Saga:
                 self.lineage.add_dead_letter(self.saga_id, store, step, count, str(exc), attempt)
                 raise DeadLetterError(str(exc), attempt, store=store) from exc
 
+    def _locked(self, store: str, act: Callable[[Any], Any]) -> Any:
+        """``act(adapter)`` holding the store's lock (``Adapter.store_lock``), so no other erasure and no
+        wrapper write changes the store meanwhile. Taken per attempt: retries back off without it."""
+        adapter = self.ctx.adapter(store)
+        with adapter.store_lock():
+            return act(adapter)
+
     # -- steps (each acts on one store, for every artifact of every saga in the batch) -----------
 
     def _suppress(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
         if store == THIRD_PARTY_STORE:
             return {"evidence": {"mechanism": "none: the copy is outside every store; a person must follow it up"}}
         try:
-            evidence = self._retrying(store, "suppress", len(arts), lambda: self.ctx.adapter(store).suppress(arts))
+            evidence = self._retrying(store, "suppress", len(arts), lambda: self._locked(store, lambda a: a.suppress(arts)))
         except (AdapterNotFoundError, ConfigError) as exc:
             return {"no_adapter": str(exc)}
         except DeadLetterError as exc:
@@ -242,7 +249,7 @@ class Saga:
         # subjects share each erased artifact's content before anything is reclaimed.
         duplicates = {a.artifact_id: n for a in arts if (n := len(self.lineage.live_sharing_content(a)))}
         try:
-            evidence = self._retrying(store, "reclaim", len(arts), lambda: adapter.reclaim(arts))
+            evidence = self._retrying(store, "reclaim", len(arts), lambda: self._locked(store, lambda a: a.reclaim(arts)))
         except ReclaimUnavailableError as exc:
             return {"skipped": str(exc), "duplicates_before_reclaim": duplicates}
         except DeadLetterError as exc:
@@ -257,7 +264,8 @@ class Saga:
         verdicts: dict[str, runner.Verdict] = {}
         if store != THIRD_PARTY_STORE and not (error or no_adapter):
             verify_ctx = runner.VerifyContext(
-                call=lambda action: self._retrying(store, "verify", len(arts), action),
+                call=lambda action: self._retrying(store, "verify", len(arts),
+                                                   lambda: self._locked(store, lambda _: action())),
                 probe_vectors=self.lineage.probe_vectors,
                 live_sharing_content=self.lineage.live_sharing_content,
                 enabled=self.ctx.levels,
@@ -288,6 +296,11 @@ class Saga:
             decided[art.artifact_id] = {"status": status_record(status),
                                         "probes": runner.probe_records(verdict.reported)}
         self.lineage.set_state(arts, "decided")
+        # No query path returns these any more (the logical probe ran and passed): wrappers can stop
+        # filtering them. Anything else stays hidden, e.g. after a failed reclaim or a slow managed delete.
+        self.lineage.clear_suppressions([a for a in arts if verdicts.get(a.artifact_id) is not None
+                                         and verdicts[a.artifact_id].reported.get(Level.LOGICAL) is not None
+                                         and verdicts[a.artifact_id].reported[Level.LOGICAL].passed is True])
         # Probe vectors are fragments' embeddings: kept only until they have served their purpose.
         self.lineage.purge_probes(verified)
         return {"artifacts": decided}
