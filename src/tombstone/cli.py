@@ -106,7 +106,7 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
             receipt, path = tomb.erase(subject, progress=_progress())
         click.echo(format_receipt(receipt))
         click.echo(f"receipt: {path}")
-        click.echo(f"verify:  tombstone receipt verify {path}")
+        click.echo(f"verify:  tombstone receipt verify {path} --key {root / 'keys' / 'signing.pub'}")
     finally:
         for line in stop_services():
             click.echo(line)
@@ -403,39 +403,39 @@ def receipt() -> None:
     """Verify, show and describe receipts."""
 
 
-def _trusted_key(receipt_file: str, key: str | None, config_path: str | None):
-    from tombstone.config import CONFIG_NAME, load_config
-    from tombstone.keys import PUBLIC_KEY, load_public_key
+def _trusted_key(key: str | None, config_path: str | None):
+    """The key a receipt is checked against: ``--key``, else the key of the configuration named by
+    ``--config`` or ``$TOMBSTONE_CONFIG`` — never one found near the receipt (a forger would put one there)."""
+    from tombstone.audit import explicit_config_path, trusted_key
+    from tombstone.config import load_config
 
     if key:
-        return load_public_key(Path(key))
-    if config_path:
-        return load_public_key(load_config(config_path).keys_dir / PUBLIC_KEY)
-    for parent in Path(receipt_file).absolute().parents:
-        if (parent / CONFIG_NAME).is_file():
-            return load_public_key(load_config(parent / CONFIG_NAME).keys_dir / PUBLIC_KEY)
-    raise KeyMaterialError("no trusted public key: pass --key FILE or --config FILE")
+        return trusted_key(key, None)
+    explicit = explicit_config_path(config_path)
+    return trusted_key(None, load_config(explicit) if explicit else None)
 
 
 @receipt.command("verify")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--key", type=click.Path(dir_okay=False), default=None,
-              help="Trusted Ed25519 public key (PEM). Default: the key of the deployment the receipt lives in.")
+              help="The operator's published Ed25519 public key (PEM) to trust. Without it: the key of the"
+                   " deployment named by --config or $TOMBSTONE_CONFIG.")
 @CONFIG_OPTION
 def receipt_verify(file: str, key: str | None, config_path: str | None) -> None:
-    """Check a receipt's schema, hash and signature; exit 1 on any alteration."""
+    """Check a receipt's schema, hash and signature against a key you trust; exit 1 on any alteration."""
     from tombstone.receipt import load_receipt, verify
 
     data = load_receipt(file)
-    public_key = _trusted_key(file, key, config_path)
+    trusted = _trusted_key(key, config_path)
     try:
-        result = verify(data, public_key)
+        result = verify(data, trusted.key)
     except ReceiptError as exc:
-        raise ReceiptError(f"{file}: {exc}") from exc
+        raise ReceiptError(f"{file}: {exc} (checked against {trusted.describe()})") from exc
     click.echo(f"OK {file}")
     click.echo(f"  hash:      {result.receipt_hash}")
     click.echo(f"  signed by: {result.key_id}")
     click.echo(f"  previous:  {result.previous_receipt_hash or '(first receipt of the chain)'}")
+    click.echo(f"  trusted:   {trusted.describe()}")
 
 
 @receipt.command("show")
@@ -567,7 +567,11 @@ def receipt_export(config_path: str | None, sequence: str | None, saga_id: str |
 @click.argument("file", type=click.Path(dir_okay=False))
 @CONFIG_OPTION
 @click.option("--key", type=click.Path(dir_okay=False), default=None,
-              help="The operator's Ed25519 public key (PEM). Default: keys/signing.pub next to the config.")
+              help="The operator's published Ed25519 public key (PEM) to trust. Without it: the keys_dir of the"
+                   " configuration named by --config or $TOMBSTONE_CONFIG.")
+@click.option("--trust-config", is_flag=True,
+              help="Probe stores whose probes send a credential of yours (a Pinecone key, a PostgreSQL password)"
+                   " to a host the configuration names; without it they are left unchecked.")
 @click.option("--previous", multiple=True, type=click.Path(dir_okay=False),
               help="An earlier receipt of the chain (repeat for each) to check the links.")
 @click.option("--anchor", default=None, help="A published chain head, COUNT:HASH from 'tombstone receipt head'.")
@@ -575,31 +579,36 @@ def receipt_export(config_path: str | None, sequence: str | None, saga_id: str |
               help="Your auditor private key (from 'tombstone auditor-key'): opens the content patterns the receipt"
                    " sealed to you, so the probes search for content as well as ids.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def audit_cmd(file: str, config_path: str | None, key: str | None, previous: tuple[str, ...], anchor: str | None,
-              auditor_key: str | None, as_json: bool) -> None:
-    """Independently re-probe the stores a receipt names, without the lineage db; exit 1 on any contradiction."""
-    from tombstone.audit import NOT_RUN_FRAGMENTS, audit
+def audit_cmd(file: str, config_path: str | None, key: str | None, trust_config: bool, previous: tuple[str, ...],
+              anchor: str | None, auditor_key: str | None, as_json: bool) -> None:
+    """Independently re-probe, read-only, the stores a receipt names, without the lineage db; exit 1 on any
+    contradiction, 4 when a claim could not be re-checked."""
+    from tombstone.audit import AGREE, CONTRADICTED, NOT_RUN_FRAGMENTS, UNCHECKED, audit
 
     report = audit(file, config_path=config_path, key_path=key, previous=previous, anchor=anchor,
-                   auditor_key_path=auditor_key)
+                   auditor_key_path=auditor_key, trust_config=trust_config)
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
         click.echo(f"receipt:   {report.receipt}")
+        click.echo(f"key:       {report.key}")
         click.echo(f"integrity: {report.integrity}")
         click.echo(f"chain:     {report.chain}")
         if report.rows:
-            rows = [(r.store, r.artifact_id, r.receipt_says, r.audit_found, "yes" if r.agree else "NO")
-                    for r in report.rows]
+            shown_as = {AGREE: "yes", CONTRADICTED: "NO", UNCHECKED: "unchecked"}
+            rows = [(r.store, r.artifact_id, r.receipt_says, r.audit_found, shown_as[r.verdict]) for r in report.rows]
             click.echo(_table(("store", "artifact", "receipt says", "audit found", "agree"), rows))
             notes = sorted({n for r in report.rows for n in r.not_run if n != NOT_RUN_FRAGMENTS})
             for note in [NOT_RUN_FRAGMENTS, *notes]:
                 click.echo(f"not run: {note}")
-        contradicted = [r.artifact_id for r in report.rows if not r.agree]
-        if contradicted:
-            click.echo(f"CONTRADICTED: {', '.join(contradicted)}")
-    if not report.agree:
-        sys.exit(1)
+        for verdict, label in ((CONTRADICTED, "CONTRADICTED"), (UNCHECKED, "UNCHECKED")):
+            named = [r.artifact_id for r in report.rows if r.verdict == verdict]
+            if named:
+                click.echo(f"{label}: {', '.join(named)}")
+    if report.verdict == CONTRADICTED:
+        sys.exit(EXIT_FAILED)
+    if report.verdict == UNCHECKED:
+        sys.exit(EXIT_UNCHECKED)
 
 
 @main.command("check")
@@ -665,6 +674,40 @@ def receipt_schema_cmd() -> None:
     from tombstone.receipt import receipt_schema
 
     click.echo(json.dumps(receipt_schema(), indent=2))
+
+
+@main.command("report")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="The deployment: its sealed receipts when no PATHS are given, and its public key for signatures.")
+@click.option("--key", type=click.Path(dir_okay=False), default=None,
+              help="Trusted Ed25519 public key (PEM) to check signatures against (never a key found next to the receipts).")
+@click.option("--anchor", default=None, help="A published chain head, COUNT:HASH from 'tombstone receipt head'.")
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "json"]), default="html", show_default=True,
+              help="One self-contained HTML page, Markdown, or JSON.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the report to FILE (default: stdout).")
+def report_cmd(paths: tuple[str, ...], config_path: str | None, key: str | None, anchor: str | None, fmt: str,
+               out: str | None) -> None:
+    """Summarise receipts across subjects, stores and levels for a compliance team (exit 3: action needed)."""
+    from tombstone.report.command import exit_code, make_report, summary_line, write_report
+
+    report = make_report(paths, config_path=config_path, key_path=key, anchor=anchor)
+    write_report(report, fmt, out)
+    if out:
+        click.echo(f"{summary_line(report)} -> {out}", err=True)
+    sys.exit(exit_code(report))
+
+
+@main.command("serve")
+@CONFIG_OPTION
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless --allow-remote).")
+@click.option("--port", type=int, default=8765, show_default=True, help="Port to listen on (0: any free port).")
+@click.option("--allow-remote", is_flag=True, help="Allow a --host that other machines can reach.")
+def serve_cmd(config_path: str | None, host: str, port: int, allow_remote: bool) -> None:
+    """A read-only local page over the deployment: sagas, receipts, evidence, dead letters, the chain."""
+    from tombstone.report.server import serve
+
+    serve(config_path, host=host, port=port, allow_remote=allow_remote, echo=click.echo)
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
