@@ -132,6 +132,25 @@ class Tombstone:
         receipt = saga.run()
         return receipt, saga.receipt_path
 
+    def erase_artifacts(self, reference: str, artifacts: Sequence[tuple[str, str]], *,
+                        statement: str | None = None, why: str = "named", out: str | Path | None = None,
+                        wait: float = 30.0, progress: Callable[[str, str, int, int], None] | None = None,
+                        ) -> tuple[dict[str, Any], Path]:
+        """Erase named (store, id) artifacts, whoever owns them, and what was derived from them; return the
+        receipt (kind ``tombstone.source-erasure-receipt``, with ``reference`` as its subject) and its file.
+
+        For erasures that are not a subject's: the records of one source that an index cleanup removes, or
+        records deleted by id (``tombstone_adapters.langchain`` writes one per source). ``statement`` says on
+        the receipt why these records went. An unfinished erasure of the same reference is finished first.
+        Waits at most ``wait`` seconds for another erasure of the same reference."""
+        while True:
+            saga = Saga.start_artifacts(self.context, reference, artifacts, statement=statement, why=why,
+                                        out_path=None if out is None else str(out), wait=wait)
+            saga.progress = progress
+            receipt = saga.run()
+            if not saga.continued:
+                return receipt, saga.receipt_path
+
     def known_subjects(self, subjects: list[str]) -> list[str]:
         """The subjects, stripped and without repeats, each checked against the lineage db: an unknown
         one raises UnknownSubjectError before anything is touched."""

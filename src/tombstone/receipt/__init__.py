@@ -10,6 +10,7 @@ from tombstone.receipt.model import ArtifactEntry, ProbeRecord, Receipt
 from tombstone.receipt.signing import (
     RECEIPT_KIND,
     SCHEMA_VERSION,
+    SOURCE_RECEIPT_KIND,
     VerifiedReceipt,
     load_receipt,
     receipt_schema,
@@ -25,6 +26,7 @@ __all__ = [
     "RECEIPT_KIND",
     "Receipt",
     "SCHEMA_VERSION",
+    "SOURCE_RECEIPT_KIND",
     "VerifiedReceipt",
     "body_hash",
     "canonical_bytes",

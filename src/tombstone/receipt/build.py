@@ -7,7 +7,7 @@ from typing import Any
 
 from tombstone.lineage.records import ArtifactRecord
 from tombstone.receipt.sealing import seal
-from tombstone.receipt.signing import RECEIPT_KIND, SCHEMA_VERSION
+from tombstone.receipt.signing import RECEIPT_KIND, RECEIPT_KINDS, SCHEMA_VERSION
 from tombstone.verify.levels import Status, StatusKind
 from tombstone.version import __version__
 
@@ -68,11 +68,14 @@ def summary(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, finished_at: str,
                  entries: Sequence[Mapping[str, Any]], previous_receipt_hash: str | None,
-                 statement: str | None = None) -> dict[str, Any]:
-    """The body that is hashed and signed: everything but ``receipt_hash`` and ``signature``."""
+                 statement: str | None = None, kind: str = RECEIPT_KIND) -> dict[str, Any]:
+    """The body that is hashed and signed: everything but ``receipt_hash`` and ``signature``. ``kind`` is
+    ``RECEIPT_KIND`` for a subject's erasure, ``SOURCE_RECEIPT_KIND`` for named records of a source."""
+    if kind not in RECEIPT_KINDS:
+        raise ValueError(f"unknown receipt kind {kind!r}")
     body = {
         "schema_version": SCHEMA_VERSION,
-        "kind": RECEIPT_KIND,
+        "kind": kind,
         "subject": subject,
         "saga_id": saga_id,
         "sequence": sequence,

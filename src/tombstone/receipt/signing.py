@@ -23,6 +23,12 @@ SCHEMA_VERSION = "1.1"
 SCHEMA_VERSIONS = ("1.0", "1.1")
 """Receipt versions this release reads and verifies; it writes the last."""
 RECEIPT_KIND = "tombstone.erasure-receipt"
+"""A subject's erasure: ``subject`` is the data subject's reference."""
+SOURCE_RECEIPT_KIND = "tombstone.source-erasure-receipt"
+"""An erasure of named records of a source (a document an index loaded, or records deleted by id), not of a
+data subject: ``subject`` is the source's reference, and the records may belong to several subjects.
+LangChain indexing cleanups and vector-store deletes write one per source."""
+RECEIPT_KINDS = (RECEIPT_KIND, SOURCE_RECEIPT_KIND)
 
 
 @lru_cache(maxsize=1)

@@ -36,6 +36,7 @@ from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.receipt import canonical_bytes, sign
 from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
+from tombstone.receipt.signing import RECEIPT_KIND, SOURCE_RECEIPT_KIND
 from tombstone.receipt.files import numbered, receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
@@ -78,6 +79,9 @@ class Saga:
         """The file a continued saga was to write before the caller named another (its unsealed receipt, if
         one was written there, is removed once the new file is sealed)."""
         self.scope: dict[tuple[str, str], str] = {}
+        self.continued = False
+        """True when :meth:`start_artifacts` returned an unfinished saga of the same reference instead of a
+        new one (run it, then start again)."""
 
     @classmethod
     def start(cls, owner: Any, subject: str, out_path: str | None = None,
@@ -115,6 +119,67 @@ class Saga:
         lock.acquire(subject=subject, wait=wait)
         try:
             return cls._start_locked(ctx, subject, key, scope, out_path, lock, frozenset(allow_missing))
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def start_artifacts(cls, owner: Any, reference: str, artifacts: Sequence[tuple[str, str]], *,
+                        kind: str = SOURCE_RECEIPT_KIND, statement: str | None = None, why: str = "named",
+                        out_path: str | None = None, wait: float = 0.0,
+                        allow_missing: Sequence[str] = ()) -> "Saga":
+        """Erase named (store, id) artifacts, whoever owns them, under ``reference`` (not a subject: e.g. the
+        source whose superseded records an index cleanup removes), plus everything derived from them.
+
+        The receipt is of ``kind`` (``SOURCE_RECEIPT_KIND``) with ``reference`` as its subject and
+        ``statement`` saying why these records went; each artifact's scope is ``why`` (or what it was
+        derived from). Every artifact must be recorded in the lineage db (ScopeViolationError otherwise).
+        One saga per reference at a time, as per subject: when one is unfinished, it is returned instead
+        (``continued`` is True): run it, then start again.
+        """
+        ctx = _context(owner)
+        if not reference or not reference.strip():
+            raise UnknownSubjectError("reference is empty")
+        if kind == RECEIPT_KIND:
+            raise ValueError("a subject's erasure starts with Saga.start")
+        pairs = list(dict.fromkeys((str(store), str(aid)) for store, aid in artifacts))
+        if not pairs:
+            raise UnknownSubjectError(f"nothing to erase for {shown(reference)}: no artifacts named")
+        scope: dict[tuple[str, str], tuple[ArtifactRecord, str]] = {}
+        frontier = []
+        for store, aid in pairs:
+            art = ctx.lineage.artifact(store, aid)
+            if art is None:
+                raise ScopeViolationError(f"artifact {aid} in store {store} is not recorded in the lineage db",
+                                          store=store)
+            scope[(store, aid)] = (art, why)
+            frontier.append(art)
+        while frontier:  # what was derived from them (a cached answer built from a chunk) goes with them
+            src = frontier.pop()
+            for dst_store, dst_id, relation in ctx.lineage.edges_of(src)["derived"]:
+                if (dst_store, dst_id) not in scope and (derived := ctx.lineage.artifact(dst_store, dst_id)):
+                    scope[(dst_store, dst_id)] = (derived, f"{relation} from {src.store}/{src.artifact_id}")
+                    frontier.append(derived)
+        key = ctx.lineage.subject_key(reference)
+        lock = SubjectLock(ctx.lineage, key)
+        lock.acquire(subject=reference, wait=wait)
+        try:
+            running = ctx.lineage.running_saga(key)
+            if running is not None:
+                plan = ctx.lineage.step_result(running["saga_id"], "plan") or {}
+                if plan.get("kind", RECEIPT_KIND) != kind:
+                    raise SagaError(f"{shown(reference)} has an unfinished erasure of another kind; finish it with"
+                                    " 'tombstone resume' first")
+                saga = cls(ctx, running["saga_id"], reference, running["out_path"], lock)
+                saga.continued = True
+                return saga
+            ordered = sorted(scope.values(), key=lambda pair: (pair[0].store, pair[0].artifact_id))
+            preflight(ctx, {a.store for a, _ in ordered}, frozenset(allow_missing))
+            saga_id = str(uuid.uuid4())
+            stored = create_saga(ctx, saga_id, reference, out_path, plan={
+                "artifacts": [[a.store, a.artifact_id, reason] for a, reason in ordered],
+                "kind": kind, "statement": statement})
+            return cls(ctx, saga_id, reference, stored, lock)
         except BaseException:
             lock.release()
             raise
@@ -325,10 +390,12 @@ class Saga:
                 entries.append(artifact_entry(art, ver[art.artifact_id],
                                               scope=self.scope.get((art.store, art.artifact_id), "owned"),
                                               suppression=sup, reclaim=rec, auditors=self.ctx.auditors))
+        plan = self.lineage.step_result(self.saga_id, "plan") or {}
         body = receipt_body(subject=self.subject, saga_id=self.saga_id, sequence=(head[0] if head else 0) + 1,
                             started_at=saga["started_at"], finished_at=iso(self.ctx.clock()), entries=entries,
                             previous_receipt_hash=head[1] if head else None,
-                            statement=None if entries else NOTHING_RECORDED)
+                            statement=plan.get("statement") or (None if entries else NOTHING_RECORDED),
+                            kind=plan.get("kind") or RECEIPT_KIND)
         receipt = sign(body, self.ctx.signer())
         data = canonical_bytes(receipt)
         out = self._destination()
@@ -376,9 +443,16 @@ class Saga:
 
 
 def out_path_of(ctx: SagaContext, stored: str) -> Path:
-    """A recorded receipt path as a file: a relative one is inside the receipts directory."""
+    """A recorded receipt path as a file: a relative one is inside the receipts directory (an absolute one is
+    a file the caller named with ``--out``). A relative one that would leave the receipts directory is
+    refused: only ``--out`` writes a receipt elsewhere."""
     path = Path(stored)
-    return path if path.is_absolute() else Path(ctx.receipts_dir or ".") / path
+    if path.is_absolute():
+        return path
+    if not path.parts or ".." in path.parts:
+        raise SagaError(f"the receipt file recorded for this saga, {stored!r}, is not inside the receipts directory;"
+                        " refusing to write there (only --out names a file elsewhere)")
+    return Path(ctx.receipts_dir or ".") / path
 
 
 def stored_out_path(ctx: SagaContext, path: Path) -> str:
