@@ -21,9 +21,11 @@ from sqlalchemy import Column, Integer, String, create_engine
 from sqlalchemy.orm import Session, declarative_base
 
 from tombstone.faults import kill_point
+from tombstone.fsutil import Snapshot
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, LineageDB
+from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 from tombstone.verify.levels import Level
 from tombstone.verify.scanner import check_regular
 
@@ -51,12 +53,17 @@ def entry_id(prompt: str, llm_string: str) -> str:
 
 
 class TombstoneSQLiteCache(SQLAlchemyCache):
-    """Set it with ``langchain_core.globals.set_llm_cache``; wrap LLM calls in ``attribution(...)``."""
+    """Set it with ``langchain_core.globals.set_llm_cache``; wrap LLM calls in ``attribution(...)``.
 
-    def __init__(self, database_path: str | Path, *, lineage: LineageDB | None = None, store: str = BACKEND) -> None:
+    ``update`` holds the store's lock (``<file>.tombstone.lock``; ``tombstone.storelock``), waiting at
+    most ``lock_wait`` seconds while an erasure changes or probes the file."""
+
+    def __init__(self, database_path: str | Path, *, lineage: LineageDB | None = None, store: str = BACKEND,
+                 lock_wait: float = STORE_LOCK_WAIT) -> None:
         Path(database_path).parent.mkdir(parents=True, exist_ok=True)
         super().__init__(create_engine(f"sqlite:///{database_path}"), cache_schema=TombstoneLLMCacheRow)
         self.lineage, self.store = lineage, store
+        self.lock = StoreLock(lock_file_for(database_path), wait=lock_wait, store=store)
 
     def update(self, prompt: str, llm_string: str, return_val: Sequence[Any]) -> None:
         eid = entry_id(prompt, llm_string)
@@ -71,7 +78,7 @@ class TombstoneSQLiteCache(SQLAlchemyCache):
             )
         rows = [TombstoneLLMCacheRow(prompt=prompt, llm=llm_string, response=dumps(gen), idx=i, entry_id=eid)
                 for i, gen in enumerate(return_val)]
-        with Session(self.engine) as session, session.begin():
+        with self.lock, Session(self.engine) as session, session.begin():
             for row in rows:
                 session.merge(row)
 
@@ -83,6 +90,7 @@ class ExactCacheAdapter(ExactCacheHooks, Adapter):
     capabilities = frozenset({Capability.IMMEDIATE_DELETE, Capability.RECLAIM, Capability.LOGICAL_PROBE,
                               Capability.PHYSICAL_SCAN})
     levels = (Level.LOGICAL, Level.PHYSICAL)
+    read_only_supported = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
@@ -95,7 +103,14 @@ class ExactCacheAdapter(ExactCacheHooks, Adapter):
         except TombstoneError as exc:
             raise StoreUnavailableError(f"cannot open cache database {self.path}: {exc}", store=store,
                                         retryable=False) from exc
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self._snapshot: Snapshot | None = None
+        database = self.path
+        if self.read_only:
+            # A mode=ro connection to a WAL database still creates its -wal and -shm files: read-only, the
+            # logical probe reads a private copy; the physical probe reads the originals.
+            self._snapshot = Snapshot(prefix="tombstone-exact-cache-")
+            database = self._snapshot.copy_files(self.physical_files()) / self.path.name
+        self.conn = sqlite3.connect(database, isolation_level=None, timeout=30)
         if options.get("secure_delete") is not None:
             self.conn.execute(f"PRAGMA secure_delete={'ON' if options['secure_delete'] else 'OFF'}")
 
@@ -105,6 +120,12 @@ class ExactCacheAdapter(ExactCacheHooks, Adapter):
 
     def close(self) -> None:
         self.conn.close()
+        if self._snapshot is not None:
+            self._snapshot.close()
+
+    def lock_path(self) -> Path:
+        """The SQLite file: its lock file is ``<file>.tombstone.lock``, the one the cache's updates take."""
+        return self.path
 
     def _ids(self, artifacts: Sequence[ArtifactRecord]) -> list[str]:
         return [a.artifact_id for a in artifacts]

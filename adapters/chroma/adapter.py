@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import chromadb
 import numpy as np
 
 from tombstone.faults import kill_point
+from tombstone.fsutil import Snapshot
 from tombstone.capture.vector import normalised_fingerprint
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
@@ -29,6 +31,8 @@ from .hooks import ChromaHooks
 REWRITE_SUFFIX = "-tombstone-rewrite"
 _UUID_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _PAGE = 1000
+# lock file -> the token this process's Chroma instance on that directory is known complete at
+_fresh_at: dict[str, str | None] = {}
 
 
 def hnsw_header(segment_dir: Path) -> dict[str, int] | None:
@@ -73,9 +77,11 @@ class ChromaAdapter(ChromaHooks, Adapter):
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
     levels = (Level.LOGICAL, Level.PHYSICAL)
+    read_only_supported = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
+        self._snapshot: Snapshot | None = None
         self.require("path", "collection")
         self.path = Path(options["path"])
         self.name = str(options["collection"])
@@ -86,9 +92,24 @@ class ChromaAdapter(ChromaHooks, Adapter):
         except TombstoneError as exc:
             raise StoreUnavailableError(f"cannot open Chroma store {self.path}: {exc}", store=store,
                                         retryable=False) from exc
-        self.client = chromadb.PersistentClient(path=str(self.path))
-        self._col = None
-        self.collection()  # fail now, with one line, if the collection is missing
+        client_path = self.path
+        if self.read_only:
+            # Chroma writes into its persist directory whenever a client opens it (migrations, the log,
+            # the WAL): read-only, the probes read a private copy; the physical probe reads the originals.
+            self._snapshot = Snapshot(prefix="tombstone-chroma-")
+        try:
+            if self._snapshot is not None:
+                client_path = self._snapshot.copy_tree(self.path)
+            self.client = chromadb.PersistentClient(path=str(client_path))
+            self._col = None
+            with self.store_lock():  # another process may be mid-rewrite: its copy is not a leftover
+                self.collection()  # fail now, with one line, if the collection is missing
+        except BaseException:
+            if self._snapshot is not None:
+                if getattr(self, "client", None) is not None:
+                    self.client.close()
+                self._snapshot.close()
+            raise
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:
         """Chroma's errors, SQLite's (reclaim opens ``chroma.sqlite3`` itself) and OSError from the
@@ -105,6 +126,43 @@ class ChromaAdapter(ChromaHooks, Adapter):
         if isinstance(exc, chromadb.errors.NotFoundError):
             error.retryable = False
         return error
+
+    def lock_path(self) -> Path:
+        """The persist directory: its lock file is ``<directory>.tombstone.lock``, beside it (a rewrite
+        changes what is inside), the one ``TombstoneCollection`` writes take."""
+        return self.path
+
+    @contextlib.contextmanager
+    def store_lock(self):
+        """The persist directory's lock. On taking it the collection is looked up again by name, since
+        another process's reclaim may have replaced it with a rewritten one meanwhile; and when another
+        process held the lock since this one last released it (the lock file's token says so), the
+        process's Chroma instance is replaced by a fresh one (``_reload``). Read-only: no lock (the probes
+        read a private copy, and a lock file would be a new file beside the store)."""
+        if self.read_only:
+            self._col = None
+            yield
+            return
+        with super().store_lock() as lock:
+            outer = lock.depth == 1
+            if outer and self._snapshot is None and _fresh_at.get(str(lock.path)) != lock.token():
+                self._reload()
+            self._col = None
+            yield
+        if outer:
+            _fresh_at[str(lock.path)] = lock.written()
+
+    def _reload(self) -> None:
+        """A fresh Chroma instance on the persist directory for this adapter (whoever holds the old one
+        keeps it). Chroma keeps each collection's vector index in the memory of the process that loaded
+        it, and does not see records another process added until it writes itself: a probe or a copy of
+        the survivors through a stale instance misses them, or fails ("Error finding id")."""
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        identifier = self.client._identifier
+        SharedSystemClient._identifier_to_system.pop(identifier, None)
+        SharedSystemClient._identifier_to_refcount.pop(identifier, None)
+        self.client = chromadb.PersistentClient(path=str(self.path))
 
     # -- the collection, including one left mid-rewrite ---------------------------------------
 
@@ -126,8 +184,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
                 raise StoreUnavailableError(f"no collection {self.name!r} in {self.path}", store=self.store,
                                             retryable=False)
             # Killed after the original was dropped: the rewrite is complete (it is only
-            # dropped once the copy was checked), so finishing means renaming it.
-            rewrite.modify(name=self.name)
+            # dropped once the copy was checked), so finishing means renaming it (read-only: reading it).
+            if not self.read_only:
+                rewrite.modify(name=self.name)
             col = rewrite
         self._col = col
         return col
@@ -382,3 +441,7 @@ class ChromaAdapter(ChromaHooks, Adapter):
 
     def close(self) -> None:
         self._col = None
+        if self._snapshot is not None:
+            self.client.close()
+            self._snapshot.close()
+            self._snapshot = None

@@ -71,6 +71,30 @@ class ChromaHooks:
         return {**options, "collection": f"{options.get('collection', 'rag-chunks')}-tombstone-canary"}
 
     @classmethod
+    def discard_canary_place(cls, options: Mapping[str, Any]) -> None:
+        """Drop the canaries' collection (and a rewrite copy of it a killed reclaim left), holding the
+        persist directory's lock; the configured collection is not touched."""
+        from pathlib import Path
+
+        import chromadb
+        import chromadb.errors
+
+        from tombstone.storelock import StoreLock, lock_file_for
+
+        from .adapter import REWRITE_SUFFIX
+
+        name = cls.canary_options(options)["collection"]
+        if not (Path(options["path"]) / "chroma.sqlite3").is_file():
+            return
+        with StoreLock(lock_file_for(options["path"]), store=name):
+            client = chromadb.PersistentClient(path=str(options["path"]))
+            for collection in (name, name + REWRITE_SUFFIX):
+                try:
+                    client.delete_collection(collection)
+                except chromadb.errors.NotFoundError:
+                    pass
+
+    @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:
         return read_collection(options["path"], options.get("collection", "rag-chunks"))
 

@@ -7,13 +7,16 @@ the suppression flag into the caller's ``where`` and post-filters the results as
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.vector import Embedder, capture_vectors, embed
 from tombstone.lineage.db import LineageDB
+from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 from ._errors import mapped
 
@@ -77,16 +80,49 @@ def _edges(sources) -> list[tuple[str, str, str]]:
     return [(s[0], s[1], s[2] if len(s) > 2 else "derived") for s in sources]
 
 
+def store_lock_of(collection: Any, store: str, wait: float = STORE_LOCK_WAIT) -> StoreLock | None:
+    """The lock of the persist directory a collection lives in (``<directory>.tombstone.lock``), the one
+    the adapter's reclaim holds; None for a collection that is not persisted in a local directory."""
+    try:
+        settings = collection._client.get_settings()
+    except AttributeError:
+        return None
+    if not settings.is_persistent or not settings.persist_directory:
+        return None
+    return StoreLock(lock_file_for(settings.persist_directory), wait=wait, store=store)
+
+
 class TombstoneCollection:
-    """A chromadb collection, wrapped. ``lineage=None`` gives a read-only view (no capture)."""
+    """A chromadb collection, wrapped. ``lineage=None`` gives a read-only view (no capture).
+
+    Writes hold the persist directory's lock (``tombstone.storelock``), waiting at most ``lock_wait``
+    seconds while an erasure rewrites or probes the collection, and then write to the collection of that
+    name as it is after the rewrite."""
 
     backend = BACKEND
 
-    def __init__(self, collection: Any, *, lineage: LineageDB | None, store: str, embedder: Embedder | None = None) -> None:
+    def __init__(self, collection: Any, *, lineage: LineageDB | None, store: str, embedder: Embedder | None = None,
+                 lock_wait: float = STORE_LOCK_WAIT) -> None:
         self._collection = collection
         self.lineage = lineage
         self.store = store
         self.embedder = embedder
+        self.lock = store_lock_of(collection, store, lock_wait)
+
+    def _write(self, method: str, **kwargs: Any) -> Any:
+        with self.lock if self.lock is not None else contextlib.nullcontext():
+            if method in ("add", "upsert", "update"):
+                kwargs["metadatas"] = self._keep_hidden(kwargs["ids"], kwargs.get("metadatas"))
+            return self._call(method, **kwargs)
+
+    def _keep_hidden(self, ids: Sequence[str], metadatas: Any) -> Any:
+        """The metadata to write, with the suppression flag set on ids an erasure has suppressed and not yet
+        finished with (the lineage db's durable record): writing one again never clears its suppression."""
+        hidden = suppressed_among(self.lineage, self.store, [str(i) for i in ids])
+        if not hidden:
+            return metadatas
+        metadatas = list(metadatas) if metadatas is not None else [None] * len(ids)
+        return [{**(m or {}), SUPPRESSED: True} if str(i) in hidden else m for i, m in zip(ids, metadatas)]
 
     @property
     def name(self) -> str:
@@ -107,8 +143,13 @@ class TombstoneCollection:
             if not isinstance(exc.__cause__, chromadb.errors.NotFoundError):
                 raise
         # A reclaim replaced the collection with a rewritten one of the same name.
+        from chromadb.api.models.Collection import Collection
+
+        old = self._collection
         with mapped(self.store):
-            self._collection = self._collection._client.get_collection(self.name)
+            model = old._client.get_collection(name=self.name, tenant=old.tenant, database=old.database)
+            self._collection = Collection(client=old._client, model=model,
+                                          embedding_function=old._embedding_function, data_loader=old._data_loader)
             return getattr(self._collection, method)(**kwargs)
 
     # -- writes -------------------------------------------------------------------------------
@@ -150,14 +191,14 @@ class TombstoneCollection:
         """Add records for ``subject``. ``sources`` are the (store, artifact id) pairs they were derived from
         (e.g. the docstore document a chunk was cut from): erasing a source erases what was derived from it."""
         vectors = self._capture(ids, documents, embeddings, subject, kind=kind, sources=sources)
-        self._call("add", ids=list(ids), embeddings=vectors, documents=documents,
-                   metadatas=self._unflagged(metadatas), **kwargs)
+        self._write("add", ids=list(ids), embeddings=vectors, documents=documents,
+                    metadatas=self._unflagged(metadatas), **kwargs)
 
     def upsert(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, sources=(), kind="vector",
                **kwargs) -> None:
         vectors = self._capture(ids, documents, embeddings, subject, kind=kind, sources=sources)
-        self._call("upsert", ids=list(ids), embeddings=vectors, documents=documents,
-                   metadatas=self._unflagged(metadatas), **kwargs)
+        self._write("upsert", ids=list(ids), embeddings=vectors, documents=documents,
+                    metadatas=self._unflagged(metadatas), **kwargs)
 
     def update(self, ids, documents=None, metadatas=None, embeddings=None, *, subject=None, **kwargs) -> None:
         """Update records; new documents are re-captured (pass ``subject``), the flag is kept."""
@@ -165,11 +206,12 @@ class TombstoneCollection:
             if subject is None:
                 raise ValueError("updating content needs subject= so lineage follows it")
             embeddings = self._capture(ids, documents, embeddings, subject)
-        self._call("update", ids=list(ids), documents=documents, metadatas=self._unflagged(metadatas), embeddings=embeddings, **kwargs)
+        self._write("update", ids=list(ids), documents=documents, metadatas=self._unflagged(metadatas),
+                    embeddings=embeddings, **kwargs)
 
     def delete(self, ids=None, where=None, **kwargs) -> None:
         """The store's own delete (not an erasure: bytes stay behind; use ``tombstone erase``)."""
-        self._call("delete", ids=ids, where=where, **kwargs)
+        self._write("delete", ids=ids, where=where, **kwargs)
 
     # -- reads (every one hides suppressed records) -------------------------------------------
 

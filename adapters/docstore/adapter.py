@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.faults import kill_point
+from tombstone.fsutil import Snapshot
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError
 from tombstone.lineage.db import ArtifactRecord
@@ -26,12 +27,27 @@ class DocstoreAdapter(DocstoreHooks, Adapter):
     )
     levels = (Level.LOGICAL, Level.PHYSICAL)
 
+    read_only_supported = True
+
     def __init__(self, store: str, options: dict[str, Any]) -> None:
         super().__init__(store, options)
         self.require("path")
-        self.docs = DocStore(
-            options["path"], store=store, secure_delete=options.get("secure_delete"), create=False
-        )
+        self.source = DocStore(options["path"], store=store, create=False, connect=False)
+        """The store's own files (what the physical probe reads)."""
+        self._snapshot: Snapshot | None = None
+        path = options["path"]
+        if self.read_only:
+            # SQLite in WAL mode creates -wal and -shm files even for a mode=ro connection, and
+            # immutable=1 would not read the WAL: the logical probe reads a private copy instead.
+            self._snapshot = Snapshot(prefix="tombstone-docstore-")
+            path = self._snapshot.copy_files(self.source.files()) / self.source.path.name
+        try:
+            self.docs = DocStore(path, store=store, secure_delete=options.get("secure_delete"), create=False)
+        except BaseException:
+            self.close()
+            raise
+        if not self.read_only:
+            self.source = self.docs  # one store object: the files are the ones it has open
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:
         """SQLite's errors, and OSError from the database file itself (reclaim reads its size)."""
@@ -40,7 +56,14 @@ class DocstoreAdapter(DocstoreHooks, Adapter):
         return (sqlite3.Error, OSError)
 
     def close(self) -> None:
-        self.docs.close()
+        if getattr(self, "docs", None) is not None:
+            self.docs.close()
+        if self._snapshot is not None:
+            self._snapshot.close()
+
+    def lock_path(self) -> Path:
+        """The SQLite file: its lock file is ``<file>.tombstone.lock``, the one ``DocStore`` writes take."""
+        return Path(self.options["path"])
 
     @staticmethod
     def _ids(artifacts: Sequence[ArtifactRecord]) -> list[str]:
@@ -88,7 +111,7 @@ class DocstoreAdapter(DocstoreHooks, Adapter):
         return results
 
     def physical_files(self) -> list[Path]:
-        files = self.docs.files()
+        files = self.source.files()
         if not os.access(files[0], os.R_OK):
             raise PhysicalUnsupportedError(f"docstore file {files[0]} is not readable", store=self.store)
         return files

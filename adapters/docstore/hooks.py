@@ -33,6 +33,16 @@ class DocstoreHooks:
         return {**options, "path": str(path.with_name(f"{path.stem}-tombstone-canary{path.suffix}"))}
 
     @classmethod
+    def discard_canary_place(cls, options: Mapping[str, Any]) -> None:
+        """Delete the canaries' file, its SQLite sidecars and its lock file."""
+        from tombstone.storelock import lock_file_for
+
+        path = Path(cls.canary_options(options)["path"])
+        lock = lock_file_for(path)
+        for file in (path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal")), lock):
+            file.unlink(missing_ok=True)
+
+    @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:
         con = sqlite3.connect(options["path"])
         try:

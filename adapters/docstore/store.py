@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.errors import StoreUnavailableError, TombstoneError
+from tombstone.capture.hidden import suppressed_among
 from tombstone.lineage.db import ArtifactRecord, LineageDB
+from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 from tombstone.verify.scanner import check_regular
 
 BACKEND = "docstore"
@@ -51,6 +53,9 @@ class DocStore:
     the store is opened bare (what the adapter uses). Every read path excludes suppressed rows.
     ``secure_delete`` sets SQLite's pragma of that name on this connection; ``None`` keeps the
     library default (on for this machine's Python build, off in upstream SQLite).
+
+    Writes hold the store's lock (``<file>.tombstone.lock``, beside it; ``tombstone.storelock``), waiting
+    at most ``lock_wait`` seconds while an erasure changes or probes the file.
     """
 
     def __init__(
@@ -61,12 +66,17 @@ class DocStore:
         store: str = BACKEND,
         secure_delete: bool | None = None,
         create: bool = True,
+        lock_wait: float = STORE_LOCK_WAIT,
+        connect: bool = True,
     ) -> None:
+        """``connect=False`` only checks that the file is there (for its path and its file list)."""
         self.path = Path(path)
         self.lineage = lineage
         self.store = store
         if not create and not self.path.is_file():
             raise StoreUnavailableError(f"docstore file not found: {self.path}", store=store, retryable=False)
+        if not connect:
+            return
         try:
             check_regular(self.files())  # SQLite would block forever on a FIFO at -journal
         except TombstoneError as exc:
@@ -80,6 +90,7 @@ class DocStore:
             self._conn.execute(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailableError(f"cannot open docstore {self.path}: {exc}", store=store) from exc
+        self.lock = StoreLock(lock_file_for(self.path), wait=lock_wait, store=store)
 
     def close(self) -> None:
         self._conn.close()
@@ -116,14 +127,18 @@ class DocStore:
                 ],
             )
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            self._conn.executemany(
-                "INSERT INTO documents (id, text, metadata, suppressed) VALUES (?, ?, ?, 0)"
-                " ON CONFLICT (id) DO UPDATE SET text = excluded.text, metadata = excluded.metadata,"
-                " suppressed = 0",
-                [(i, t, json.dumps(m, sort_keys=True)) for i, t, m in docs],
-            )
-            self._conn.execute("COMMIT")
+            with self.lock:
+                # An id an erasure has suppressed stays hidden when it is written again (and a row already
+                # hidden stays hidden) until the erasure has removed it.
+                hidden = suppressed_among(self.lineage, self.store, [i for i, _, _ in docs])
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.executemany(
+                    "INSERT INTO documents (id, text, metadata, suppressed) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (id) DO UPDATE SET text = excluded.text, metadata = excluded.metadata,"
+                    " suppressed = max(documents.suppressed, excluded.suppressed)",
+                    [(i, t, json.dumps(m, sort_keys=True), int(i in hidden)) for i, t, m in docs],
+                )
+                self._conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             self._rollback()
             raise StoreUnavailableError(f"docstore write failed: {exc}", store=self.store) from exc

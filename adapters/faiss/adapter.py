@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
+from tombstone.fsutil import Snapshot
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
@@ -26,15 +27,41 @@ class FaissAdapter(FaissHooks, Adapter):
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
     levels = (Level.LOGICAL, Level.PHYSICAL)
+    read_only_supported = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
         self.require("path")
-        self.faiss = FaissStore(options["path"], store=store, create=False)
+        self.dir = Path(options["path"])
+        """The store's own directory (what the physical probe reads)."""
+        self._snapshot: Snapshot | None = None
+        path = self.dir
+        if self.read_only:
+            if not (self.dir / "CURRENT").is_file():
+                raise StoreUnavailableError(f"no FAISS store at {self.dir}", store=store, retryable=False)
+            # FaissStore takes the store's lock (a file beside the store) to load it: read-only, it loads
+            # a private copy, and nothing beside or inside the store is touched.
+            self._snapshot = Snapshot(prefix="tombstone-faiss-")
+            path = self._snapshot.copy_tree(self.dir)
+        try:
+            self.faiss = FaissStore(path, store=store, create=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._snapshot is not None:
+            self._snapshot.close()
+            self._snapshot = None
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:
         """faiss raises its C++ exceptions as RuntimeError; OSError comes from the store directory."""
         return (RuntimeError, OSError)
+
+    def lock_path(self) -> Path:
+        """The store directory: its lock file is ``<directory>.tombstone.lock``, beside it (a commit deletes
+        every other file inside), the one ``FaissStore`` writes take."""
+        return self.faiss.dir
 
     @property
     def writable(self) -> bool:
@@ -116,13 +143,13 @@ class FaissAdapter(FaissHooks, Adapter):
         return patterns
 
     def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
-        if not self.writable:
+        if not self.read_only and not self.writable:  # an auditor only reads: it rebuilds nothing
             raise PhysicalUnsupportedError("index not writable, so it cannot be rebuilt: logical level only",
                                            store=self.store)
         return super().probe_physical(artifacts)
 
     def physical_files(self) -> list[Path]:
-        if not os.access(self.faiss.dir, os.R_OK | os.X_OK):
-            raise PhysicalUnsupportedError(f"store directory {self.faiss.dir} is not readable", store=self.store)
+        if not os.access(self.dir, os.R_OK | os.X_OK):
+            raise PhysicalUnsupportedError(f"store directory {self.dir} is not readable", store=self.store)
         # everything but folders: the scanner refuses (and names) what it must not read
-        return sorted(p for p in self.faiss.dir.iterdir() if not p.is_dir())
+        return sorted(p for p in self.dir.iterdir() if not p.is_dir())

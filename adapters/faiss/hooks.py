@@ -33,6 +33,18 @@ class FaissHooks:
         return {**options, "path": f"{options['path'].rstrip('/')}-tombstone-canary"}
 
     @classmethod
+    def discard_canary_place(cls, options: Mapping[str, Any]) -> None:
+        """Delete the canaries' store folder and its lock file."""
+        import shutil
+
+        from tombstone.storelock import lock_file_for
+
+        path = cls.canary_options(options)["path"]
+        lock = lock_file_for(path)
+        shutil.rmtree(path, ignore_errors=True)
+        lock.unlink(missing_ok=True)
+
+    @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:
         from .store import FaissStore
 

@@ -8,6 +8,11 @@ Layout of the store directory::
 
 A commit writes generation N+1 in full (temp file, fsync, rename), then switches CURRENT, then
 deletes every other generation. A crash before the switch leaves N intact; after it, N+1.
+
+Every change (``add``, and the adapter's ``exclude``, ``drop_mapping`` and ``rebuild``) holds the store's
+lock, ``<directory>.tombstone.lock`` beside the directory (``tombstone.storelock``), and starts by
+loading the newest generation: writers in several processes, and an erasure, take turns, and none
+commits a generation built from an older one.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ import faiss
 import numpy as np
 
 from tombstone.faults import kill_point
+from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import StoreUnavailableError
 from tombstone.fsutil import write_atomic as _write_atomic
 from tombstone.lineage.db import LineageDB
+from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 BACKEND = "faiss"
 _METRICS = {"l2": faiss.METRIC_L2, "ip": faiss.METRIC_INNER_PRODUCT}
@@ -48,9 +55,17 @@ class FaissStore:
         store: str = BACKEND,
         embedder: Embedder | None = None,
         create: bool = True,
+        lock_wait: float = STORE_LOCK_WAIT,
     ) -> None:
         self.dir = Path(directory)
         self.lineage, self.store, self.embedder = lineage, store, embedder
+        if create:
+            self.dir.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = StoreLock(lock_file_for(self.dir), wait=lock_wait, store=store)
+        with self.lock:
+            self._open(dim, m, ef_construction, ef_search, metric, create)
+
+    def _open(self, dim, m, ef_construction, ef_search, metric, create) -> None:
         if (self.dir / "CURRENT").is_file():
             self._load()
         elif create:
@@ -64,7 +79,7 @@ class FaissStore:
             self.side: dict[str, Any] = {"next_label": 0, "labels": {}, "excluded": [], "records": {}}
             self.commit()
         else:
-            raise StoreUnavailableError(f"no FAISS store at {self.dir}", store=store, retryable=False)
+            raise StoreUnavailableError(f"no FAISS store at {self.dir}", store=self.store, retryable=False)
 
     # -- persistence --------------------------------------------------------------------------
 
@@ -76,12 +91,16 @@ class FaissStore:
         return faiss.IndexIDMap2(base)
 
     def _load(self) -> None:
+        """Read CURRENT and that generation's index and sidecar; the store takes them only once all three
+        were read. A failed load leaves it as it was: never a new generation number over the old index
+        and sidecar, since the next commit would then write a generation without the writes it missed."""
         try:
-            self.generation = json.loads((self.dir / "CURRENT").read_text())["generation"]
-            self.index = faiss.read_index(str(self.index_path))
-            self.side = json.loads(self.sidecar_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            generation = json.loads((self.dir / "CURRENT").read_text())["generation"]
+            index = faiss.read_index(str(self._index_file(generation)))
+            side = json.loads(self._sidecar_file(generation).read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
+        self.generation, self.index, self.side = generation, index, side
 
     def refresh(self) -> None:
         """Reload if another process (or the adapter) committed a newer generation. One writer at a time."""
@@ -92,13 +111,19 @@ class FaissStore:
         if current != self.generation:
             self._load()
 
+    def _index_file(self, generation: int) -> Path:
+        return self.dir / f"index-{generation:06d}.faiss"
+
+    def _sidecar_file(self, generation: int) -> Path:
+        return self.dir / f"sidecar-{generation:06d}.json"
+
     @property
     def index_path(self) -> Path:
-        return self.dir / f"index-{self.generation:06d}.faiss"
+        return self._index_file(self.generation)
 
     @property
     def sidecar_path(self) -> Path:
-        return self.dir / f"sidecar-{self.generation:06d}.json"
+        return self._sidecar_file(self.generation)
 
     @property
     def hnsw(self) -> Any:
@@ -127,12 +152,20 @@ class FaissStore:
 
     def add(self, ids: Sequence[str], documents=None, metadatas=None, embeddings=None, *, subject=None) -> None:
         """Add records. With a lineage db, ``subject`` is required and lineage is written first."""
-        self.refresh()
         ids = [str(i) for i in ids]
-        if any(i in self.side["labels"] for i in ids) or len(set(ids)) != len(ids):
-            raise ValueError("ids must be new and distinct")
+        with self.lock:
+            self.refresh()
+            if any(i in self.side["labels"] for i in ids) or len(set(ids)) != len(ids):
+                raise ValueError("ids must be new and distinct")
         vectors = vectors_for_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,
                                     documents=documents, embeddings=embeddings, subject=subject)
+        with self.lock:
+            self._add(ids, vectors, documents, metadatas)
+
+    def _add(self, ids: list[str], vectors: np.ndarray, documents, metadatas) -> None:
+        self.refresh()
+        if any(i in self.side["labels"] for i in ids):
+            raise ValueError("ids must be new and distinct")
         start = self.side["next_label"]
         labels = np.arange(start, start + len(ids), dtype=np.int64)
         self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), labels)
@@ -142,6 +175,11 @@ class FaissStore:
             self.side["labels"][i] = label
             self.side["records"][i] = {"document": doc, "metadata": meta or {}}
         self.side["next_label"] = start + len(ids)
+        # An id an erasure has suppressed and not yet finished with (written again after the reclaim
+        # removed it) is written excluded: it stays hidden until the erasure is over.
+        hidden = suppressed_among(self.lineage, self.store, ids)
+        if hidden:
+            self.side["excluded"] = sorted(self._excluded() | {self.side["labels"][i] for i in hidden})
         self.commit()
 
     # -- reads (every one hides excluded records) ---------------------------------------------
@@ -223,6 +261,10 @@ class FaissStore:
     # -- used by the adapter ------------------------------------------------------------------
 
     def exclude(self, ids: Sequence[str]) -> int:
+        with self.lock:
+            return self._exclude(ids)
+
+    def _exclude(self, ids: Sequence[str]) -> int:
         self.refresh()
         labels = {self.side["labels"][i] for i in ids if i in self.side["labels"]}
         new = labels - self._excluded()
@@ -233,6 +275,10 @@ class FaissStore:
 
     def drop_mapping(self, ids: Sequence[str]) -> int:
         """What an app can do when ``remove_ids`` fails on HNSW: forget the id; the vector stays."""
+        with self.lock:
+            return self._drop_mapping(ids)
+
+    def _drop_mapping(self, ids: Sequence[str]) -> int:
         self.refresh()
         dropped = 0
         for i in ids:
@@ -245,6 +291,10 @@ class FaissStore:
 
     def rebuild(self, erase: Sequence[str]) -> dict[str, Any]:
         """Rebuild the index from the survivors with the same parameters; commit atomically."""
+        with self.lock:
+            return self._rebuild(erase)
+
+    def _rebuild(self, erase: Sequence[str]) -> dict[str, Any]:
         self.refresh()
         erase_set = set(erase)
         erased_labels = {label for i, label in self.side["labels"].items() if i in erase_set}

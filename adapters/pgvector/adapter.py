@@ -25,11 +25,12 @@ from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord
+from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
 
 from .server import connect, dsn_from
-from .store import BACKEND, TOMBSTONED, PgVectorStore
+from .store import BACKEND, TOMBSTONED, PgVectorStore, lock_table, unlock_table
 from .hooks import PgVectorHooks
 
 READ_FUNCTION = "pg_read_binary_file(text, bigint, bigint, boolean)"
@@ -44,10 +45,18 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
     levels = (Level.LOGICAL, Level.PHYSICAL)
 
+    read_only_supported = True
+    READ_ONLY_CHECKPOINT = ("not run: read-only (a row changed in the last moments may not be on disk yet;"
+                            " the logical probe reads through the server's memory)")
+
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
         self.require("table")
         self.conn = connect(dsn_from(options, store), store)
+        if self.read_only:
+            # Every transaction of this session is read-only: the server refuses any write, and neither
+            # CHECKPOINT nor ANALYZE is run (nor the ALTER TABLE that adds the tombstoned column).
+            self.conn.execute("SET default_transaction_read_only = on")
         columns = {role: options[f"{role}_column"] for role in ("id", "document", "metadata", "embedding")
                    if options.get(f"{role}_column")}
         self.pg = PgVectorStore(self.conn, options["table"], schema=options.get("schema"), columns=columns,
@@ -56,6 +65,42 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
 
     def close(self) -> None:
         self.conn.close()
+
+    @classmethod
+    def credential_destination(cls, store: str, options: Mapping[str, Any]) -> str | None:
+        """A ``dsn`` names a server: libpq sends it a password ($PGPASSWORD, ~/.pgpass) or client
+        certificate of whoever connects. An embedded server (``data_dir``) is local and needs none."""
+        if not options.get("dsn"):
+            return None
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            host = conninfo_to_dict(str(options["dsn"])).get("host") or "the default PostgreSQL host"
+        except Exception:  # an unparsable DSN: name none of it
+            host = "the host its dsn names"
+        return f"your PostgreSQL credentials ($PGPASSWORD, ~/.pgpass, client certificates) to {host}"
+
+    @contextlib.contextmanager
+    def store_lock(self) -> Iterator[None]:
+        """The table's advisory lock, exclusive, on this adapter's connection (``store.lock_table``): no
+        lock file, since the server may be on another machine; keyed on the table, so other tables of the
+        same database are not held up. The server drops it if this process dies."""
+        if self.read_only:  # the auditor takes no lock: it changes nothing, and must not hold up erasures
+            yield
+            return
+        regclass = self.pg.regclass
+        wait = float(self.options.get("lock_wait", STORE_LOCK_WAIT))
+        try:
+            lock_table(self.conn, regclass, store=self.store, wait=wait)
+        except psycopg.Error as exc:
+            raise self.map_vendor_error(exc) from exc
+        try:
+            yield
+        finally:
+            try:
+                unlock_table(self.conn, regclass)
+            except psycopg.Error:
+                pass  # the connection is gone, and the lock with it
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:
         """psycopg's errors: every error the server reports, and a lost connection."""
@@ -253,9 +298,10 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
             raise PhysicalUnsupportedError(
                 f"managed: role {role} cannot read relation files, so no physical check is possible;"
                 f" ask the DBA for: GRANT EXECUTE ON FUNCTION {READ_FUNCTION} TO {role};", store=self.store)
-        if self._checkpoint() != "done":
+        if not self.read_only and self._checkpoint() != "done":
             # Without a checkpoint the files can lag the server's memory: rows written or deleted a
-            # moment ago may not be on disk yet, so absence in the files would prove nothing.
+            # moment ago may not be on disk yet, so absence in the files would prove nothing. (Read-only,
+            # the auditor runs none: bytes found are there; a row re-written since is the logical probe's.)
             raise PhysicalUnsupportedError(
                 f"managed: role {role} may not run CHECKPOINT, so relation files can lag the server's memory"
                 f" and their bytes prove nothing; ask the DBA for: GRANT pg_checkpoint TO {role};", store=self.store)
@@ -292,7 +338,7 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
                 found.append("content in planner statistics")
             out[art.artifact_id] = ExtraFinding(
                 found=found, id_found=bool(stats_id), content_found=stats_content,
-                evidence={"checkpoint": "done", "statistics_hits": stats_id + (["content"] if stats_content else []),
+                evidence={"checkpoint": self.READ_ONLY_CHECKPOINT if self.read_only else "done", "statistics_hits": stats_id + (["content"] if stats_content else []),
                           "dead_tuples": dead, "out_of_scope": "WAL, base backups and replicas are not read"})
         return out
 

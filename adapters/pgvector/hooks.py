@@ -35,6 +35,19 @@ class PgVectorHooks:
         return {**options, "table": f"{options['table']}_tombstone_canary"}
 
     @classmethod
+    def discard_canary_place(cls, options: Mapping[str, Any]) -> None:
+        """Drop the canaries' table (its indexes and statistics go with it); the configured table is not touched."""
+        import psycopg
+        from psycopg import sql
+
+        from .server import dsn_from
+
+        table = cls.canary_options(options)["table"]
+        name = sql.Identifier(options["schema"], table) if options.get("schema") else sql.Identifier(table)
+        with psycopg.connect(dsn_from(options, table), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(name))
+
+    @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:
         import psycopg
 

@@ -7,6 +7,7 @@ is quoted, never interpolated.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,13 +15,49 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import ConfigError, StoreUnavailableError
 from tombstone.lineage.db import LineageDB
+from tombstone.storelock import STORE_LOCK_WAIT
 
 BACKEND = "pgvector"
 TOMBSTONED = "tombstoned"
+LOCK_NAMESPACE = 0x70B6
+"""High 32 bits of a table's store-lock key (the low 32 are the table's oid): apart from the lineage
+db's locks (two-key form, 0x70B5) and from keys an application picks for itself."""
+_LOCK_KEY = "(%s::bigint << 32) | %s::regclass::oid::bigint"
 _OPS = {"cosine": ("<=>", "vector_cosine_ops"), "l2": ("<->", "vector_l2_ops"), "ip": ("<#>", "vector_ip_ops")}
+
+
+def lock_table(conn: psycopg.Connection, regclass: str, *, store: str, wait: float = STORE_LOCK_WAIT,
+               shared: bool = False, xact: bool = False) -> None:
+    """Take a table's store lock: a PostgreSQL advisory lock keyed on the table's oid, so every process on
+    every machine that reaches the database agrees on it. The saga holds it exclusive (session level,
+    released with :func:`unlock_table`) around suppress, reclaim and verify; ``PgVectorStore.add`` holds it
+    shared until its transaction ends, so writers never wait for one another, only for an erasure.
+
+    It waits by polling ``pg_try_advisory_*`` (at most ``wait`` seconds, then StoreUnavailableError), never
+    in a blocking ``pg_advisory_lock``: a statement blocked there keeps its snapshot, and that snapshot
+    would stop the holder's VACUUM FULL from removing rows deleted after it was taken."""
+    fn = f"pg_try_advisory{'_xact' if xact else ''}_lock{'_shared' if shared else ''}"
+    key = (LOCK_NAMESPACE, regclass)
+    deadline = time.monotonic() + wait
+    pause = 0.001
+    while not conn.execute(f"SELECT {fn}({_LOCK_KEY})", key).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            row = conn.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+                               " AND classid = %s::int::oid AND objid = %s::regclass::oid LIMIT 1", key).fetchone()
+            holder = f"server pid {row[0]}" if row else "another erasure or write"
+            raise StoreUnavailableError(f"table {regclass} stayed locked for {wait:.0f} s by {holder}; try again"
+                                        " when it ends", store=store)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def unlock_table(conn: psycopg.Connection, regclass: str) -> None:
+    """Release the exclusive session-level lock :func:`lock_table` took."""
+    conn.execute(f"SELECT pg_advisory_unlock({_LOCK_KEY})", (LOCK_NAMESPACE, regclass))
 
 
 def _vec(v: Sequence[float]) -> str:
@@ -31,7 +68,9 @@ class PgVectorStore:
     """Records in a PostgreSQL table with a pgvector column.
 
     ``columns`` maps the roles ``id``, ``document``, ``metadata``, ``embedding`` to column names, so an
-    existing table can be wrapped as it is; ``tombstoned`` is added to it if missing.
+    existing table can be wrapped as it is; ``tombstoned`` is added to it if missing. ``add`` holds the
+    table's store lock shared (:func:`lock_table`), waiting at most ``lock_wait`` seconds while an
+    erasure changes or probes the table.
     """
 
     def __init__(
@@ -47,6 +86,7 @@ class PgVectorStore:
         store: str = BACKEND,
         embedder: Embedder | None = None,
         create: bool = True,
+        lock_wait: float = STORE_LOCK_WAIT,
     ) -> None:
         for name in (table, schema or "", *(columns or {}).values()):
             if "\x00" in name:
@@ -58,6 +98,7 @@ class PgVectorStore:
                      **(columns or {})}
         self.distance = distance
         self.lineage, self.store, self.embedder = lineage, store, embedder
+        self.lock_wait = lock_wait
         self.table = sql.Identifier(schema, table) if schema else sql.Identifier(table)
         self.c = {role: sql.Identifier(name) for role, name in self.cols.items()}
         self.c["tombstoned"] = sql.Identifier(TOMBSTONED)
@@ -68,10 +109,15 @@ class PgVectorStore:
                 raise StoreUnavailableError(f"no table {self.qualified} in the database", store=store, retryable=False)
             self.conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} boolean NOT NULL DEFAULT false")
                               .format(self.table, self.c["tombstoned"]))
-        except psycopg.errors.InsufficientPrivilege:
-            pass  # a role that may not alter the table: the column must already be there (checked on use)
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
+            pass  # a role that may not alter the table, or a read-only session: the column must be there
         except psycopg.Error as exc:
             raise StoreUnavailableError(f"pgvector: {exc}".strip(), store=store) from exc
+
+    @property
+    def regclass(self) -> str:
+        """The table's name as ``regclass`` reads it (quoted, schema-qualified when a schema was given)."""
+        return self.table.as_string(self.conn)
 
     @property
     def qualified(self) -> str:
@@ -100,15 +146,19 @@ class PgVectorStore:
                                     documents=documents, embeddings=embeddings, subject=subject)
         docs = list(documents) if documents is not None else [None] * len(ids)
         metas = list(metadatas) if metadatas is not None else [None] * len(ids)
+        # An id an erasure has suppressed stays hidden when it is written again (and a row already hidden
+        # stays hidden) until the erasure has removed it.
         query = sql.SQL(
-            "INSERT INTO {t} ({id}, {doc}, {meta}, {emb}, {tomb}) VALUES (%s, %s, %s::jsonb, %s::vector, false)"
+            "INSERT INTO {t} ({id}, {doc}, {meta}, {emb}, {tomb}) VALUES (%s, %s, %s::jsonb, %s::vector, %s)"
             " ON CONFLICT ({id}) DO UPDATE SET {doc} = excluded.{doc}, {meta} = excluded.{meta},"
-            " {emb} = excluded.{emb}, {tomb} = false"
+            " {emb} = excluded.{emb}, {tomb} = {t}.{tomb} OR excluded.{tomb}"
         ).format(t=self.table, id=self.c["id"], doc=self.c["document"], meta=self.c["metadata"],
                  emb=self.c["embedding"], tomb=self.c["tombstoned"])
-        rows = [(i, d, json.dumps(m or {}), _vec(v)) for i, d, m, v in zip(ids, docs, metas, vectors)]
         try:
             with self.conn.transaction(), self.conn.cursor() as cur:
+                lock_table(self.conn, self.regclass, store=self.store, wait=self.lock_wait, shared=True, xact=True)
+                hidden = suppressed_among(self.lineage, self.store, ids)
+                rows = [(i, d, json.dumps(m or {}), _vec(v), i in hidden) for i, d, m, v in zip(ids, docs, metas, vectors)]
                 cur.executemany(query, rows)
         except psycopg.Error as exc:
             raise StoreUnavailableError(f"pgvector write failed: {exc}".strip(), store=self.store) from exc

@@ -9,6 +9,7 @@ and its outcome are evidence on the receipt.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import time
@@ -24,6 +25,7 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
 
 from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstonePinecone
+from . import settings
 from .hooks import PineconeHooks
 
 _BATCH = 100
@@ -37,24 +39,25 @@ class PineconeAdapter(PineconeHooks, Adapter):
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.MANAGED})
     levels = (Level.LOGICAL,)
+    read_only_supported = True  # its probes only fetch and query
 
     def __init__(self, store: str, options: Mapping[str, Any], *, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(store, options)
-        if not options.get("host"):
-            raise ConfigError(f"store {store!r}: the pinecone backend needs host = \"https://...\"")
-        env = str(options.get("api_key_env", "PINECONE_API_KEY"))
-        key = os.environ.get(env)
-        if not key:
-            raise StoreUnavailableError(f"store {store!r}: no Pinecone API key: set {env}", store=store, retryable=False)
+        host, key = settings.connection(store, options)  # a PINECONE_* key, sent only to an https:// host
         from pinecone import Pinecone
 
         self.namespace = str(options.get("namespace", ""))
-        self.index = Pinecone(api_key=key).Index(host=str(options["host"]))
+        self.index = Pinecone(api_key=key).Index(host=host)
         self.wait_seconds = float(options.get("wait_seconds", 30))
         self.poll_seconds = float(options.get("poll_seconds", 0.05))
         self.sleep, self.clock = sleep, clock
         self._deleted_at: dict[str, float] = {}
+
+    @classmethod
+    def credential_destination(cls, store: str, options: Mapping[str, Any]) -> str | None:
+        """Every probe sends the API key to the configured host."""
+        return settings.destination(store, options)
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:
         """The SDK's base exception, a refused or reset connection, and the HTTP transport's own errors
@@ -77,6 +80,13 @@ class PineconeAdapter(PineconeHooks, Adapter):
         if status in (400, 401, 403, 404, 422) or isinstance(exc, (ValueError, TypeError)):
             error.retryable = False
         return error
+
+    def store_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """No lock. Nothing here is rewritten: suppress updates and reclaim deletes the named ids, one API
+        call each, which other writes and other erasures (of other ids) cannot undo or be undone by, and
+        the service orders concurrent requests itself. There is no file to lock beside, and processes on
+        other machines reach the same index."""
+        return contextlib.nullcontext()
 
     def _fetch(self, ids: list[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}

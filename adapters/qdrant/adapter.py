@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
+import contextlib
 import json
 import os
-import pickle
 import sqlite3
 import struct
 from collections.abc import Mapping, Sequence
@@ -21,38 +20,18 @@ from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
+from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
 
 from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneQdrant, point_id
 from .hooks import QdrantHooks
+from .points import latest_points, read_only_client
+from .local import _clients, close_local_clients, held, local_client  # noqa: F401  (re-exported)
 
 REWRITE_SUFFIX = "-tombstone-rewrite"
 MARKER = ".tombstone-rewrite.json"
 _PAGE = 256
-_clients: dict[str, QdrantClient] = {}
-# Close before the interpreter tears modules down (the client's own __del__ fails that late).
-atexit.register(lambda: close_local_clients())
-
-
-def local_client(path: str | os.PathLike[str]) -> QdrantClient:
-    """The process's client for a local-mode directory. Local mode locks its directory to one client,
-    so an app and Tombstone in the same process must share it."""
-    key = str(Path(path).resolve())
-    client = _clients.get(key)
-    if client is None or client._client.closed:
-        try:
-            client = QdrantClient(path=key)
-        except RuntimeError as exc:
-            raise StoreUnavailableError(f"qdrant: {exc}", store=str(path)) from exc
-        _clients[key] = client
-    return client
-
-
-def close_local_clients() -> None:
-    for client in _clients.values():
-        client.close()
-    _clients.clear()
 
 
 def pickled_floats(values: Sequence[float]) -> bytes:
@@ -66,18 +45,49 @@ class QdrantAdapter(QdrantHooks, Adapter):
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
     levels = (Level.LOGICAL, Level.PHYSICAL)
+    read_only_supported = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
+        self._memory: QdrantClient | None = None
         self.require("path", "collection")
         self.path = Path(options["path"])
         self.name = str(options["collection"])
         if not (self.path / "meta.json").is_file():
             raise StoreUnavailableError(f"no Qdrant local-mode directory at {self.path}", store=store, retryable=False)
-        self.client = local_client(self.path)
-        self._finish_rewrite()
-        if not self.client.collection_exists(self.name):
-            raise StoreUnavailableError(f"no collection {self.name!r} in {self.path}", store=store, retryable=False)
+        if self.read_only:
+            # No local-mode client on the directory (it writes a lock file, may rewrite rows, and the
+            # interrupted rewrite is not resumed): the probes query an in-memory copy of the collection,
+            # decoded with the restricted unpickler; the physical probe reads the original files.
+            self._memory = read_only_client(self.path, self.name, store=store)
+            return
+        with self.store_lock():  # another process may be mid-rewrite: its marker is not a leftover
+            self._finish_rewrite()
+            if not self.client.collection_exists(self.name):
+                raise StoreUnavailableError(f"no collection {self.name!r} in {self.path}", store=store,
+                                            retryable=False)
+
+    @property
+    def client(self) -> QdrantClient:
+        """The process's client for the directory (``local_client``), opened again if it was handed over;
+        read-only, the in-memory copy of the collection."""
+        if self.read_only:
+            if self._memory is None:
+                raise StoreUnavailableError(f"store {self.store!r} was closed", store=self.store, retryable=False)
+            return self._memory
+        return local_client(self.path)
+
+    def lock_path(self) -> Path:
+        """The local-mode directory: its lock file is ``<directory>.tombstone.lock``, beside it."""
+        return self.path
+
+    def store_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """The directory's lock, with this process's client open on it inside (``local.held``): local mode
+        lets one client at a time open the directory, so processes take turns, and the wrappers' writes
+        (``TombstoneQdrant``) take the same lock. Read-only: none (nothing is opened on the directory)."""
+        if self.read_only:
+            return contextlib.nullcontext()
+        return held(self.path, wait=float(self.options.get("lock_wait", STORE_LOCK_WAIT)), store=self.store)
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:
         """qdrant_client's API errors, SQLite's (local mode persists each collection in ``storage.sqlite``,
@@ -141,17 +151,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
 
     def _stored_points(self, collection: str) -> list[models.PointStruct]:
         """Points exactly as persisted (raw vectors; the in-memory copy of a cosine collection is normalised)."""
-        location = self.path / "collection" / collection / "storage.sqlite"
-        conn = sqlite3.connect(location)
-        try:
-            rows = conn.execute("SELECT point FROM points ORDER BY rowid").fetchall()
-        finally:
-            conn.close()
-        latest: dict[Any, models.PointStruct] = {}
-        for (blob,) in rows:
-            point = pickle.loads(blob)
-            latest[normalize_point_id(point.id)] = point
-        return list(latest.values())
+        return latest_points(self.path / "collection" / collection / "storage.sqlite")
 
     def _copy(self, source: str, target: str) -> int:
         info = self.client.get_collection(source)
@@ -286,4 +286,8 @@ class QdrantAdapter(QdrantHooks, Adapter):
         return sorted(p for p in self.path.rglob("*") if not p.is_dir() and p.name != ".lock")
 
     def close(self) -> None:
-        """The shared local-mode client stays open for the rest of the process (see ``local_client``)."""
+        """The shared local-mode client stays open for the rest of the process (see ``local_client``); a
+        read-only adapter's in-memory copy is dropped."""
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None

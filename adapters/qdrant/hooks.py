@@ -37,6 +37,27 @@ class QdrantHooks:
         return {**options, "collection": f"{options.get('collection', 'rag-chunks')}-tombstone-canary"}
 
     @classmethod
+    def discard_canary_place(cls, options: Mapping[str, Any]) -> None:
+        """Drop the canaries' collection (and a rewrite copy of it, and its rewrite marker, a killed reclaim
+        left), holding the directory's lock; the configured collection is not touched."""
+        from .adapter import MARKER, REWRITE_SUFFIX
+        from .local import held
+
+        name = cls.canary_options(options)["collection"]
+        path = Path(options["path"])
+        if not (path / "meta.json").is_file():
+            return
+        with held(path, store=name) as client:
+            for collection in (name, name + REWRITE_SUFFIX):
+                if client.collection_exists(collection):
+                    client.delete_collection(collection)
+            try:
+                if json.loads((path / MARKER).read_text()).get("collection") == name:
+                    (path / MARKER).unlink()
+            except (OSError, ValueError, AttributeError):
+                pass
+
+    @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:
         """Every stored point, decoded from the collection's SQLite file with the restricted unpickler."""
         from .points import read_points

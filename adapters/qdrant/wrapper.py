@@ -9,14 +9,18 @@ Every read path — ``query_points``/``search``, ``scroll``, ``retrieve``, ``cou
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from qdrant_client import models
 
+from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
+from tombstone.storelock import STORE_LOCK_WAIT
+
+from .local import adopt, current, held
 
 BACKEND = "qdrant"
 SUPPRESSED = "tombstone_suppressed"
@@ -48,12 +52,35 @@ def _visible(payload: dict | None) -> bool:
 
 
 class TombstoneQdrant:
-    """A Qdrant collection, wrapped. ``lineage=None`` gives a read-only view (no capture)."""
+    """A Qdrant collection, wrapped. ``lineage=None`` gives a read-only view (no capture).
+
+    On a local-mode directory, writes hold the directory's lock (``<directory>.tombstone.lock``, see
+    ``tombstone_adapters.qdrant.local``), waiting at most ``lock_wait`` seconds while an erasure in
+    another process has the directory; the client becomes the process's shared one (``local_client``),
+    and is closed and opened again when another process takes a turn, so go through the wrapper (or
+    ``local_client``) rather than keeping the client object."""
 
     def __init__(self, client: Any, collection: str, *, lineage: LineageDB | None, store: str,
-                 embedder: Embedder | None = None) -> None:
-        self.client, self.collection = client, collection
+                 embedder: Embedder | None = None, lock_wait: float = STORE_LOCK_WAIT) -> None:
+        self._given, self.collection = client, collection
         self.lineage, self.store, self.embedder = lineage, store, embedder
+        self.path = adopt(client)
+        self.lock_wait = lock_wait
+
+    @property
+    def client(self) -> Any:
+        """The client: for a local-mode directory, the process's open one (taking a turn if need be)."""
+        return self._run(lambda client: client)
+
+    def _run(self, act: Callable[[Any], Any], *, write: bool = False) -> Any:
+        if self.path is None:
+            return act(self._given)
+        if not write:
+            client = current(self.path)
+            if client is not None:  # open here, so no other process has the directory
+                return act(client)
+        with held(self.path, wait=self.lock_wait, store=self.store) as client:
+            return act(client)
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -73,7 +100,17 @@ class TombstoneQdrant:
             if doc is not None:
                 payload[DOCUMENT_KEY] = doc
             points.append(models.PointStruct(id=point_id(aid), vector=vec.tolist(), payload=payload))
-        self.client.upsert(self.collection, points=points)
+
+        def write(client: Any) -> Any:
+            # Under the store's lock: an id an erasure has suppressed is written hidden (an upsert replaces
+            # the whole payload, flag included), so writing it again never clears its suppression.
+            hidden = suppressed_among(self.lineage, self.store, ids)
+            for point in points:
+                if point.payload[ID_KEY] in hidden:
+                    point.payload[SUPPRESSED] = True
+            return client.upsert(self.collection, points=points)
+
+        self._run(write, write=True)
 
     # -- reads (every one hides suppressed points) --------------------------------------------
 
@@ -82,26 +119,27 @@ class TombstoneQdrant:
         if query_text is not None:
             query = embed(self.embedder, [query_text])[0].tolist()
         kwargs.setdefault("with_payload", True)
-        result = self.client.query_points(self.collection, query=query, limit=limit,
-                                          query_filter=merge_filter(query_filter), **kwargs)
+        result = self._run(lambda client: client.query_points(self.collection, query=query, limit=limit,
+                                                              query_filter=merge_filter(query_filter), **kwargs))
         return [p for p in result.points if _visible(p.payload)]
 
     search = query_points
 
     def scroll(self, scroll_filter: models.Filter | None = None, limit: int = 10, offset=None, **kwargs):
         kwargs.setdefault("with_payload", True)
-        points, next_offset = self.client.scroll(self.collection, scroll_filter=merge_filter(scroll_filter),
-                                                 limit=limit, offset=offset, **kwargs)
+        points, next_offset = self._run(lambda client: client.scroll(
+            self.collection, scroll_filter=merge_filter(scroll_filter), limit=limit, offset=offset, **kwargs))
         return [p for p in points if _visible(p.payload)], next_offset
 
     def retrieve(self, ids: Sequence[str], **kwargs) -> list[models.Record]:
         """Points by artifact id."""
         kwargs["with_payload"] = True
-        points = self.client.retrieve(self.collection, ids=[point_id(i) for i in ids], **kwargs)
+        points = self._run(lambda client: client.retrieve(self.collection, ids=[point_id(i) for i in ids], **kwargs))
         return [p for p in points if _visible(p.payload)]
 
     def count(self, count_filter: models.Filter | None = None) -> int:
-        return self.client.count(self.collection, count_filter=merge_filter(count_filter), exact=True).count
+        return self._run(lambda client: client.count(self.collection, count_filter=merge_filter(count_filter),
+                                                     exact=True).count)
 
     def all_ids(self) -> list[str]:
         out, offset = [], None

@@ -5,8 +5,9 @@ by the adapter's own demo hook (``Adapter.demo_fill``) into a scratch store (``d
 config, into the configured store's server in a collection, table, directory or namespace of their own:
 ``canary_options``), erased, and each canary must end at the backend's highest applicable level: VERIFIED
 at the highest level the adapter declares (physical for a self-hosted store); for a managed one,
-UNVERIFIED(managed) with a passing logical probe. Any installed backend with those hooks can be checked,
-the caches included. Before erasing, the physical probe must find every canary (the control): a
+UNVERIFIED(managed) with a passing logical probe. With a config, the canaries' place is removed afterwards
+(``discard_canary_place``), whether the check passed or not. Any installed backend with those hooks can be
+checked, the caches included. Before erasing, the physical probe must find every canary (the control): a
 probe that cannot find live bytes proves nothing when it later finds none.
 
 Canaries use a scratch lineage db and keys, so they never enter the operator's receipt chain.
@@ -104,13 +105,15 @@ def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tombstone-check-"))
     kit = DemoKit(root=root / "deployment")
     options: dict[str, Any] = {}
+    configured: dict[str, Any] | None = None  # the configured store's options, when canaries go beside it
     try:
         if config_path:
             config = load_config(config_path)
             mine = [s for s in config.stores.values() if s.backend == backend]
             if not mine:
                 raise ConfigError(f"{config.path} configures no {backend} store")
-            options = {"backend": backend, **cls.canary_options(mine[0].options)}
+            configured = dict(mine[0].options)
+            options = {"backend": backend, **cls.canary_options(configured)}
             place = {k: v for k, v in options.items() if k in ("collection", "table", "namespace", "path")}
             result.notes.append(f"canaries in the configured {backend} store, in their own place: {place}")
         else:
@@ -143,6 +146,13 @@ def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3
                     result.rows.append(CheckRow(entry.artifact_id, subject, entry.status_text, expected,
                                                 meets(entry), entry.status_text))
     finally:
+        if configured is not None:
+            # The canaries' place goes too, passed or failed: nothing of the check stays in the user's store.
+            try:
+                cls.discard_canary_place(configured)
+                result.notes.append("the canaries' place was removed from the configured store")
+            except Exception as exc:
+                result.failures.append(f"the canaries' place could not be removed from the configured store: {exc}")
         for line in stop_services():
             result.notes.append(line)
         cls.release(options)

@@ -34,6 +34,7 @@ from tombstone.errors import (
     TombstoneError,
 )
 from tombstone.lineage.records import ArtifactRecord
+from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 from tombstone.verify import physical
 from tombstone.verify.levels import Level
 from tombstone.verify.physical import ExtraFinding
@@ -47,6 +48,10 @@ DISTRIBUTION = "tombstone-rag"
 # The operations whose vendor exceptions the base class maps to StoreUnavailableError at one point.
 MAPPED_OPERATIONS = ("__init__", "suppress", "reclaim", "probe_logical", "probe_physical", "native_delete",
                      "physical_files", "physical_extra")
+WRITING_OPERATIONS = ("suppress", "reclaim", "native_delete")
+"""The operations a read-only adapter refuses."""
+READ_ONLY = "read_only"
+"""The option :meth:`Adapter.open_read_only` sets: the adapter must not change a byte of the store."""
 
 
 def _mapped(method):
@@ -62,6 +67,18 @@ def _mapped(method):
             raise self.map_vendor_error(exc) from exc
 
     wrapper.__tombstone_mapped__ = True
+    return wrapper
+
+
+def _refused_when_read_only(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if getattr(self, "read_only", False):
+            raise AdapterError(f"store {self.store!r} was opened read-only: {method.__name__} refused",
+                               store=self.store)
+        return method(self, *args, **kwargs)
+
+    wrapper.__tombstone_guarded__ = True
     return wrapper
 
 
@@ -82,9 +99,15 @@ class Adapter(abc.ABC):
     """Levels this backend can be verified at, lowest first."""
     demo_role: ClassVar[str | None] = None
     """What ``tombstone demo`` builds in a store of this backend: ``documents``, ``chunks`` (cut from the
-    documents) or ``answers`` (LLM answers built from the chunks); None: the backend has no demo."""
+    documents), ``examples`` (training examples exported from the chunks) or ``answers`` (LLM answers built
+    from the chunks); None: the backend has no demo."""
     demo_default: ClassVar[bool] = False
     """Whether a plain ``tombstone demo`` builds this backend."""
+    read_only_supported: ClassVar[bool] = False
+    """Whether the adapter honours read-only mode (:meth:`open_read_only`, the ``read_only`` option): it
+    then opens and probes the store without changing a byte of it — no write, no recovery of an interrupted
+    rewrite, no resumption of a reclaim phase, no maintenance command — and ``suppress``, ``reclaim`` and
+    ``native_delete`` refuse. The auditor opens a store only through an adapter that declares this."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -92,10 +115,32 @@ class Adapter(abc.ABC):
             method = cls.__dict__.get(name)
             if callable(method) and not getattr(method, "__tombstone_mapped__", False):
                 setattr(cls, name, _mapped(method))
+        for name in WRITING_OPERATIONS:
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "__tombstone_guarded__", False):
+                setattr(cls, name, _refused_when_read_only(method))
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         self.store = store
         self.options = dict(options)
+        self.read_only = bool(self.options.get(READ_ONLY, False))
+        """Opened by :meth:`open_read_only`: nothing may change the store."""
+
+    @classmethod
+    def open_read_only(cls, store: str, options: Mapping[str, Any]) -> "Adapter":
+        """Open the store without changing it (what the auditor does); AdapterError if the adapter has no
+        read-only mode (``read_only_supported``)."""
+        if not cls.read_only_supported:
+            raise AdapterError(f"the {cls.backend} adapter has no read-only mode, so the auditor does not open"
+                               f" store {store!r}", store=store)
+        return cls(store, {**options, READ_ONLY: True})
+
+    @classmethod
+    def credential_destination(cls, store: str, options: Mapping[str, Any]) -> str | None:
+        """What credential of the caller's opening this store would send, and to which host the options name
+        (``"the API key in $PINECONE_API_KEY to https://..."``); None when it sends none (local files, an
+        embedded server). The auditor probes such a store only when told to trust the configuration."""
+        return None
         self.content_key: Callable[[str], str] | None = None
         """Turns a SHA-256 hex digest of content into the keyed form the lineage db records
         (``ArtifactRecord.content_hash``); set by the deployment, None for an independent verifier."""
@@ -193,6 +238,34 @@ class Adapter(abc.ABC):
     def close(self) -> None:
         """Release connections and handles."""
 
+    # -- the store's lock (tombstone.storelock) -----------------------------------------------
+
+    def lock_path(self) -> Path | None:
+        """The store file or directory whose lock file (``<it>.tombstone.lock``, beside it) guards the
+        store, for the default :meth:`store_lock`; None: no file lock."""
+        return None
+
+    def store_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """Held across processes while this store is changed or probed: the saga takes it around the
+        store's suppress, reclaim and verify, and the backend's app-facing wrapper around each write, so a
+        write acknowledged during a rewrite-based reclaim is never lost and a probe never reads a half
+        rewritten store. Reentrant within a thread.
+
+        The default is an exclusive ``flock`` on the lock file of :meth:`lock_path` (waiting at most the
+        store option ``lock_wait``, default ``STORE_LOCK_WAIT`` seconds), or nothing when the adapter gives
+        no path. An adapter whose store can be rewritten, or read half written, must give a path or
+        override this method with the lock its store needs (a database's own lock, say); one whose store
+        needs none should override it too, saying why.
+
+        A read-only adapter takes no lock: taking one creates a lock file beside the store, and the auditor
+        changes nothing (its snapshot copies are its own).
+        """
+        path = self.lock_path()
+        if path is None or self.read_only:
+            return contextlib.nullcontext()
+        return StoreLock(lock_file_for(path), wait=float(self.options.get("lock_wait", STORE_LOCK_WAIT)),
+                         store=self.store)
+
     # -- hooks for the demo, the CI gate and the crash harness --------------------------------
 
     @classmethod
@@ -211,6 +284,14 @@ class Adapter(abc.ABC):
         """A configured store's options pointed at a place of the canaries' own (a collection, table,
         namespace or file beside the real one), for ``tombstone check --config``."""
         raise ConfigError(f"the {cls.backend} adapter cannot place canaries beside a configured store")
+
+    @classmethod
+    def discard_canary_place(cls, options: Mapping[str, Any]) -> None:
+        """Remove the place :meth:`canary_options` gives a configured store's canaries (drop the collection,
+        table or namespace; delete the file or folder, and its lock file), after ``tombstone check
+        --config`` — whether the check passed, failed or broke off. ``options`` are the configured store's
+        own; only the canaries' place is touched. Idempotent. An adapter that implements
+        ``canary_options`` implements this too; the default removes nothing."""
 
     @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:
@@ -286,5 +367,5 @@ def open_adapter(store: str, backend: str, options: Mapping[str, Any]) -> Adapte
     return adapter_class(backend)(store, options)
 
 
-__all__ = ["Adapter", "Capability", "DISTRIBUTION", "ENTRY_POINT_GROUP", "ExtraFinding", "NotRun", "ProbeResult",
+__all__ = ["Adapter", "Capability", "DISTRIBUTION", "ENTRY_POINT_GROUP", "ExtraFinding", "NotRun", "ProbeResult", "READ_ONLY",
            "adapter_class", "available_backends", "install_hint", "loadable_adapters", "open_adapter"]

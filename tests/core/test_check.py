@@ -53,7 +53,7 @@ def test_check_against_a_configured_store(tmp_path):
     import chromadb
 
     names = {c.name for c in chromadb.PersistentClient(path=str(root / "stores" / "chroma")).list_collections()}
-    assert names == {"rag-chunks", "rag-chunks-tombstone-canary"}
+    assert names == {"rag-chunks"}, "the canaries' collection is dropped after the check"
 
 
 def test_check_unknown_backend_and_missing_store(tmp_path):
