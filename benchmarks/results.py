@@ -14,6 +14,7 @@ from types import ModuleType
 import batches
 import caches
 import crash_trials
+import dataset_shards
 import docstore_erase
 import docstore_residue
 import pgvector_residue
@@ -25,7 +26,7 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, pgvector_residue, crash_trials, batches, workers,
-    caches,
+    caches, dataset_shards,
 )}
 
 

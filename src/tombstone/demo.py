@@ -3,8 +3,8 @@
 The same arguments always give the same subjects, ids, texts and vectors, so two demo runs can be
 compared byte for byte (apart from times, saga ids and signatures). The demo knows no backend by name:
 it asks every installed adapter for its demo hooks (``Adapter.demo_role``, ``demo_store``,
-``demo_fill``) and fills documents first, then the chunks cut from them, then the answers built from the
-chunks, so lineage runs from each to the next.
+``demo_fill``) and fills documents first, then the chunks cut from them, then what is derived from the
+chunks (training examples, then answers), so lineage runs from each to the next.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from tombstone.contract import Adapter, adapter_class, loadable_adapters
 from tombstone.errors import ConfigError, TombstoneError
 
 MARKER = ".tombstone-demo"
-ROLES = ("documents", "chunks", "answers")
-"""What a demo store holds, in the order stores are filled."""
+ROLES = ("documents", "chunks", "examples", "answers")
+"""What a demo store holds, in the order stores are filled (``examples``: training examples exported from
+the chunks)."""
 DEMO_LLM = "demo-llm(temperature=0)"
 COLLECTION = "rag-chunks"
 EMBEDDING_DIM = 384
@@ -128,6 +129,11 @@ class DemoKit:
         """Lineage edges from a document store to chunks cut from it: (store, document id, relation)."""
         docs = self.stores_with_role("documents")
         return [(docs[0], chunk_id.split("#")[0], "chunked_into") for chunk_id in chunk_ids] if docs else []
+
+    def chunk_sources(self, chunk_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """What data derived from chunks (a training example) was made from: the chunks in the first chunk
+        store, else their documents, else nothing."""
+        return self.answer_sources(chunk_ids)
 
     def answer_sources(self, chunk_ids: Sequence[str]) -> list[tuple[str, str]]:
         """What an answer was built from: the chunks in the first chunk store, else their documents."""

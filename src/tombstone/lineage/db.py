@@ -422,6 +422,45 @@ class LineageDB:
                          (artifact.artifact_id, recipient, sent_at or self._now(), note))
         return artifact
 
+    def record_third_parties(self, sources: Iterable[tuple[str, str]], recipient: str, *, sent_at: str | None = None,
+                             note: str = "", kind: str = "external_copy",
+                             relation: str = "sent_to_third_party") -> list[ArtifactRecord]:
+        """Record, in one transaction, that copies of many artifacts left for one third party (a model
+        trained on them, an export): as :meth:`record_third_party`, each copy recorded for the subject that
+        owns its source. Sources the lineage db does not know are skipped. Each copy can only ever be
+        NEEDS_HUMAN."""
+        by_store: dict[str, list[str]] = {}
+        for store, aid in sources:
+            by_store.setdefault(store, []).append(aid)
+        now = self._now()
+        sent_at = sent_at or now
+        copies: list[ArtifactRecord] = []
+        with self.atomic() as conn:
+            for store, ids in by_store.items():
+                ids = list(dict.fromkeys(ids))
+                for start in range(0, len(ids), 500):
+                    part = ids[start : start + 500]
+                    rows = conn.execute(
+                        f"SELECT artifact_id, subject_key FROM artifacts WHERE store = ?"
+                        f" AND artifact_id IN ({','.join('?' * len(part))})", (store, *part)).fetchall()
+                    owners = {row[0]: row[1] for row in rows}
+                    batch = [(aid, ArtifactRecord(store=THIRD_PARTY_STORE, artifact_id=f"{recipient}:{store}/{aid}",
+                                                  backend=EXTERNAL_BACKEND, kind=kind, subject_key=owners[aid]))
+                             for aid in part if aid in owners]
+                    conn.executemany(
+                        "INSERT INTO artifacts (store, artifact_id, backend, kind, subject_key, fingerprint,"
+                        " content_hash, created_at, state, inv_norm) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, 'live', NULL)"
+                        " ON CONFLICT (store, artifact_id) DO UPDATE SET kind = excluded.kind, state = 'live'",
+                        [(a.store, a.artifact_id, a.backend, a.kind, a.subject_key, now) for _, a in batch])
+                    conn.executemany("INSERT INTO edges VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                                     [(store, aid, a.store, a.artifact_id, relation, now) for aid, a in batch])
+                    conn.executemany(
+                        "INSERT INTO third_parties VALUES (?, ?, ?, ?) ON CONFLICT (artifact_id) DO UPDATE SET"
+                        " recipient = excluded.recipient, sent_at = excluded.sent_at, note = excluded.note",
+                        [(a.artifact_id, recipient, sent_at, note) for _, a in batch])
+                    copies += [a for _, a in batch]
+        return copies
+
     def third_party(self, artifact_id: str) -> dict[str, str] | None:
         row = self._conn.execute("SELECT recipient, sent_at, note FROM third_parties WHERE artifact_id = ?",
                                  (artifact_id,)).fetchone()
