@@ -74,6 +74,8 @@ class PineconeEmulator:
         self._visible: dict[str, dict[str, dict[str, Any]]] = {}
         self._pending: list[tuple[float, Callable[[], None]]] = []
         self.requests: list[str] = []
+        self.api_keys: set[str] = set()
+        """Every API key a request carried (a test checks what was sent where)."""
         self._server: ThreadingHTTPServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -101,6 +103,7 @@ class PineconeEmulator:
             def _handle(self, method: str) -> None:
                 url = urlparse(self.path)
                 emulator.requests.append(f"{method} {url.path}")
+                emulator.api_keys.add(self.headers.get("Api-Key") or "")
                 if not self.headers.get("Api-Key"):
                     return self._reply(401, {"code": 16, "message": "missing API key"})
                 length = int(self.headers.get("Content-Length") or 0)

@@ -15,6 +15,7 @@ a :class:`~tombstone.errors.StoreUnavailableError` naming the store file, instea
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import sqlite3
 import sys
@@ -64,12 +65,12 @@ def loads(data: bytes, *, where: str = "a Qdrant local-mode store") -> Any:
     return point
 
 
-def read_points(storage: str | Path) -> Iterator[tuple[int, Any]]:
+def read_points(storage: str | Path, *, read_only: bool = True) -> Iterator[tuple[int, Any]]:
     """(rowid, point) of every row of one collection's ``storage.sqlite``, oldest first, read with the
-    restricted unpickler. The file is opened as the caller gives it: pass a private copy to leave the
-    store untouched."""
+    restricted unpickler. ``read_only`` opens it with ``mode=ro``; a private copy can be opened for
+    writing, so that SQLite rolls back a journal left in it."""
     storage = Path(storage)
-    conn = sqlite3.connect(storage.absolute().as_uri() + "?mode=ro", uri=True)
+    conn = sqlite3.connect(storage.absolute().as_uri() + ("?mode=ro" if read_only else "?mode=rw"), uri=True)
     try:
         rows = conn.execute("SELECT rowid, point FROM points ORDER BY rowid").fetchall()
     finally:
@@ -78,14 +79,55 @@ def read_points(storage: str | Path) -> Iterator[tuple[int, Any]]:
         yield rowid, loads(blob, where=str(storage))
 
 
-def latest_points(storage: str | Path) -> list[Any]:
+def latest_points(storage: str | Path, *, read_only: bool = True) -> list[Any]:
     """The stored points, one per id (the latest write of each), as local mode loads them."""
     from qdrant_client.local.utils import normalize_point_id
 
     latest: dict[Any, Any] = {}
-    for _rowid, point in read_points(storage):
+    for _rowid, point in read_points(storage, read_only=read_only):
         latest[normalize_point_id(point.id)] = point
     return list(latest.values())
+
+
+MAX_META_BYTES = 16 * 1024 * 1024
+
+
+def read_only_client(path: str | Path, collection: str, *, store: str | None = None) -> Any:
+    """An in-memory client holding what one collection of a local-mode directory holds, read without
+    ``qdrant_client`` opening the directory (it would unpickle every row itself, write a lock file into
+    the directory, and may rewrite rows): the collection's configuration from ``meta.json``, its points
+    from a private copy of its ``storage.sqlite`` through the restricted unpickler. Queries, filters and
+    retrieval then behave as local mode's own, and nothing in the directory is changed."""
+    from qdrant_client import QdrantClient, models
+
+    from tombstone.fsutil import Snapshot
+
+    path = Path(path)
+    try:
+        with open(path / "meta.json", "rb") as fh:
+            raw = fh.read(MAX_META_BYTES + 1)
+        meta = json.loads(raw) if len(raw) <= MAX_META_BYTES else None
+        config_json = dict(meta["collections"][collection])
+    except KeyError as exc:
+        raise StoreUnavailableError(f"no collection {collection!r} in {path}", store=store, retryable=False) from exc
+    except (OSError, ValueError, TypeError) as exc:
+        raise StoreUnavailableError(f"cannot read {path / 'meta.json'}: {exc}", store=store, retryable=False) from exc
+    config_json.pop("init_from", None)
+    try:
+        config = models.CreateCollection(**config_json)
+    except ValueError as exc:
+        raise StoreUnavailableError(f"{path / 'meta.json'}: collection {collection!r} has a configuration local"
+                                    f" mode would not load ({exc.__class__.__name__})", store=store,
+                                    retryable=False) from exc
+    storage = path / "collection" / collection / "storage.sqlite"
+    with Snapshot(prefix="tombstone-qdrant-") as snapshot:
+        copied = snapshot.copy_files([storage, Path(f"{storage}-journal")], "points") / storage.name
+        points = latest_points(copied, read_only=False) if copied.is_file() else []
+    client = QdrantClient(":memory:")
+    client.create_collection(collection, vectors_config=config.vectors, sparse_vectors_config=config.sparse_vectors)
+    for start in range(0, len(points), 256):
+        client.upsert(collection, points=points[start : start + 256])
+    return client
 
 
 def _caller_file() -> str:
@@ -118,4 +160,4 @@ def install() -> None:
     persistence.pickle = _restricted_pickle_module()
 
 
-__all__ = ["ALLOWED", "UnsafePointError", "install", "latest_points", "loads", "read_points"]
+__all__ = ["ALLOWED", "UnsafePointError", "install", "latest_points", "loads", "read_only_client", "read_points"]

@@ -8,20 +8,30 @@ not re-run the fragment probes; it says so, and says which probes it could not r
 
 A store contradicts the receipt when an artifact the receipt calls VERIFIED at some level is found again
 at that level or below. Artifacts the receipt did not call VERIFIED cannot be contradicted by finding
-them: the receipt claimed nothing about their absence.
+them: the receipt claimed nothing about their absence. A VERIFIED claim the verifier could not re-check
+at every level up to the claimed one (a store it could not open, a probe that could not run) is
+``unchecked``, never ``agree``.
+
+What the verifier trusts is explicit. The key: ``--key`` (the operator's published public key), else the
+``keys_dir`` of the configuration named by ``--config`` or ``$TOMBSTONE_CONFIG`` — never a
+``tombstone.toml`` found near the receipt. The stores: that configuration, opened read-only
+(:meth:`~tombstone.contract.Adapter.open_read_only`: nothing in a store is changed, nothing it holds is
+run), and a store whose adapter would send a credential of the auditor's to a host the configuration names
+(:meth:`~tombstone.contract.Adapter.credential_destination`) is left unchecked unless ``trust_config``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tombstone.config import CONFIG_NAME, Config, load_config
-from tombstone.contract import Adapter, open_adapter
-from tombstone.errors import ConfigError, ReceiptError, TombstoneError
-from tombstone.keys import PUBLIC_KEY, load_public_key
+from tombstone.config import ENV_VAR, Config, load_config
+from tombstone.contract import Adapter, adapter_class
+from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, TombstoneError
+from tombstone.keys import PUBLIC_KEY, key_id, load_public_key
 from tombstone.lineage.guard import forbid_lineage
 from tombstone.receipt import load_receipt, verify
 from tombstone.receipt.sealing import load_private as load_auditor_private
@@ -30,6 +40,9 @@ from tombstone.verify import runner
 from tombstone.verify.levels import Level, StatusKind
 
 NOT_RUN_FRAGMENTS = "fragment probes not re-run: the verifier has no probe table (by design)"
+AGREE, CONTRADICTED, UNCHECKED = "agree", "contradicted", "unchecked"
+"""An audit row's verdict: the receipt's claim was re-checked and holds; the stores contradict it; or it
+could not be re-checked at every level it claims (nothing contradicts it, nothing confirms it)."""
 
 
 @dataclass
@@ -44,10 +57,18 @@ class AuditRow:
     """The receipt's status, e.g. ``VERIFIED(physical)``."""
     audit_found: str
     """What the re-probe found: ``absent (logical, physical)``, ``present: ...``, ``not checked``."""
-    agree: bool
-    """False only when the receipt's VERIFIED is contradicted."""
+    verdict: str
+    """``agree``, ``contradicted`` or ``unchecked`` (a VERIFIED claim not re-checked at every level it claims)."""
     not_run: list[str] = field(default_factory=list)
     """Probes that could not run, with the reason."""
+
+    @property
+    def agree(self) -> bool:
+        """The claim was re-checked and holds (a row with no VERIFIED claim has nothing to contradict)."""
+        return self.verdict == AGREE
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "agree": self.agree}
 
 
 @dataclass
@@ -62,24 +83,77 @@ class AuditReport:
     """``not checked``, ``ok (...)`` or the first broken link."""
     rows: list[AuditRow]
     """One per artifact (empty when integrity failed)."""
+    key: str = ""
+    """The key the receipt was checked against and where it came from."""
+
+    @property
+    def verdict(self) -> str:
+        """``contradicted`` on any integrity or chain failure or contradicted row, else ``unchecked`` if any
+        row is, else ``agree``."""
+        if self.integrity != "ok" or self.chain.startswith("broken"):
+            return CONTRADICTED
+        verdicts = {row.verdict for row in self.rows}
+        return CONTRADICTED if CONTRADICTED in verdicts else UNCHECKED if UNCHECKED in verdicts else AGREE
 
     @property
     def agree(self) -> bool:
-        return (self.integrity == "ok" and not self.chain.startswith("broken")
-                and all(row.agree for row in self.rows))
+        return self.verdict == AGREE
 
     def as_json(self) -> dict[str, Any]:
-        return {"receipt": self.receipt, "integrity": self.integrity, "chain": self.chain, "agree": self.agree,
-                "artifacts": [asdict(r) for r in self.rows], "note": NOT_RUN_FRAGMENTS}
+        return {"receipt": self.receipt, "key": self.key, "integrity": self.integrity, "chain": self.chain,
+                "verdict": self.verdict, "agree": self.agree, "artifacts": [r.as_json() for r in self.rows],
+                "note": NOT_RUN_FRAGMENTS}
 
 
-def _find_config(receipt_path: Path, config_path: str | None) -> Config:
-    if config_path:
-        return load_config(config_path)
-    for parent in receipt_path.absolute().parents:
-        if (parent / CONFIG_NAME).is_file():
-            return load_config(parent / CONFIG_NAME)
-    raise ConfigError("no store configuration: pass --config FILE (the auditor needs to know where the stores are)")
+@dataclass(frozen=True)
+class TrustedKey:
+    """The public key receipts are checked against, and where it came from."""
+
+    key: Any
+    """The Ed25519 public key."""
+    source: str
+    """``--key PATH`` or the configuration it was read from."""
+
+    def describe(self) -> str:
+        return f"{key_id(self.key)} from {self.source}"
+
+
+NO_KEY = ("no trusted public key: pass --key FILE, the operator's published public key (keys/signing.pub),"
+          " or --config FILE naming the deployment whose key you trust")
+
+
+def explicit_config_path(config_path: str | None) -> str | None:
+    """The configuration the caller named: ``--config``, else ``$TOMBSTONE_CONFIG``; None when neither.
+    Never one found by looking around the receipt or the working folder."""
+    return config_path or os.environ.get(ENV_VAR) or None
+
+
+def trusted_key(key_path: str | None, config: Config | None) -> TrustedKey:
+    """The key given with ``--key`` (a public key; a private key is refused), else the one in the named
+    configuration's ``keys_dir``. KeyMaterialError when there is neither."""
+    if key_path:
+        try:
+            data = Path(key_path).read_bytes()
+        except OSError as exc:
+            raise KeyMaterialError(f"cannot read public key {key_path}: {exc.strerror or exc}") from exc
+        if b"PRIVATE KEY" in data:
+            raise KeyMaterialError(f"--key {key_path} is a private key: pass the operator's public key"
+                                   " (keys/signing.pub); a signing key never leaves the operator")
+        return TrustedKey(load_public_key(Path(key_path)), f"--key {key_path}")
+    if config is None:
+        raise KeyMaterialError(NO_KEY)
+    path = config.keys_dir / PUBLIC_KEY
+    if not path.is_file():
+        raise KeyMaterialError(f"{NO_KEY} (the configuration {config.path} has no {path})")
+    return TrustedKey(load_public_key(path), f"the configuration {config.path} ({path})")
+
+
+def _store_config(config_path: str | None) -> Config:
+    explicit = explicit_config_path(config_path)
+    if not explicit:
+        raise ConfigError("no store configuration: pass --config FILE, a stores-only tombstone.toml saying where"
+                          " the stores are (the auditor needs no lineage db and no keys)")
+    return load_config(explicit)
 
 
 def check_chain(receipts: Sequence[dict[str, Any]], anchor: str | None) -> str:
@@ -116,20 +190,25 @@ def audit(
     previous: Sequence[str] = (),
     anchor: str | None = None,
     auditor_key_path: str | None = None,
+    trust_config: bool = False,
 ) -> AuditReport:
     """Audit one receipt against the stores. Raises TombstoneError only for bad input.
 
     With ``auditor_key_path`` (an auditor private key the receipt's content patterns were sealed to) the
-    probes search for the artifacts' content as well as their ids; without it the audit is by id alone."""
+    probes search for the artifacts' content as well as their ids; without it the audit is by id alone.
+    The configuration comes from ``config_path`` or ``$TOMBSTONE_CONFIG``, the key from ``key_path`` or that
+    configuration's ``keys_dir``; stores whose probes would send a credential of the auditor's to a host the
+    configuration names are probed only with ``trust_config``."""
     receipt_path = Path(receipt_path)
     with forbid_lineage("the independent verifier"):
         receipt = load_receipt(receipt_path)  # unreadable input is ReceiptFormatError: bad input, exit 2
-        config = _find_config(receipt_path, config_path)
-        key = load_public_key(Path(key_path) if key_path else config.keys_dir / PUBLIC_KEY)
+        config = _store_config(config_path)
+        trusted = trusted_key(key_path, config)
+        key = trusted.key
         try:
             verify(receipt, key)
         except ReceiptError as exc:
-            return AuditReport(str(receipt_path), f"failed: {exc}", "not checked", [])
+            return AuditReport(str(receipt_path), f"failed: {exc}", "not checked", [], trusted.describe())
         chain = "not checked"
         if previous or anchor:
             chain_receipts = [receipt]
@@ -138,12 +217,24 @@ def audit(
                 try:
                     verify(earlier, key)
                 except ReceiptError as exc:
-                    return AuditReport(str(receipt_path), "ok", f"broken: {path}: {exc}", [])
+                    return AuditReport(str(receipt_path), "ok", f"broken: {path}: {exc}", [], trusted.describe())
                 chain_receipts.append(earlier)
             chain = check_chain(chain_receipts, anchor)
         auditor_key = load_auditor_private(auditor_key_path) if auditor_key_path else None
-        rows = _reprobe(Receipt.parse(receipt), config, auditor_key)
-    return AuditReport(str(receipt_path), "ok", chain, rows)
+        rows = _reprobe(Receipt.parse(receipt), config, auditor_key, trust_config=trust_config)
+    return AuditReport(str(receipt_path), "ok", chain, rows, trusted.describe())
+
+
+def open_for_audit(store: str, backend: str, options: dict[str, Any], *, trust_config: bool) -> Adapter:
+    """The store's adapter, opened read-only; TombstoneError (the reason it stays unchecked) when it has no
+    read-only mode or would send a credential to a host the configuration names and that is not trusted."""
+    cls = adapter_class(backend)
+    if not trust_config:
+        destination = cls.credential_destination(store, options)
+        if destination:
+            raise ConfigError(f"not probed: that would send {destination}, a host named by the configuration you"
+                              " were handed; pass --trust-config if you trust it", store=store)
+    return cls.open_read_only(store, options)
 
 
 def _patterns_note(entries: Sequence[ArtifactEntry], auditor_key: Any, opened: int) -> str | None:
@@ -162,7 +253,7 @@ def _patterns_note(entries: Sequence[ArtifactEntry], auditor_key: Any, opened: i
     return None
 
 
-def _reprobe(receipt: Receipt, config: Config, auditor_key: Any = None) -> list[AuditRow]:
+def _reprobe(receipt: Receipt, config: Config, auditor_key: Any = None, *, trust_config: bool = False) -> list[AuditRow]:
     rows: list[AuditRow] = []
     # The auditor's pipeline: no lineage (no probe vectors, no duplicate-content attribution), store
     # failures reported as probes that could not run, every level the receipt could have claimed.
@@ -175,7 +266,7 @@ def _reprobe(receipt: Receipt, config: Config, auditor_key: Any = None) -> list[
             problem = f"store {store!r} is not in the configuration"
         else:
             try:
-                adapter = open_adapter(store, cfg.backend, cfg.options)
+                adapter = open_for_audit(store, cfg.backend, cfg.options, trust_config=trust_config)
             except TombstoneError as exc:
                 problem = str(exc)
         patterns = {e.artifact_id: e.open_patterns(auditor_key) if auditor_key is not None else None for e in entries}
@@ -211,13 +302,15 @@ def _compare(entry: ArtifactEntry, outcomes: dict[Level, Any], not_run: list[str
         summary = f"absent ({', '.join(absent)})"
     else:
         summary = "not checked"
-    agree = True
+    # A receipt that claims no absence has nothing the stores could contradict; but if it reports probes
+    # that ran and the verifier could run none, that row was not re-checked either.
+    verdict = UNCHECKED if not ran and any(probe.ran for probe in entry.probes.values()) else AGREE
     if entry.status is StatusKind.VERIFIED and entry.level is not None:
         claimed = entry.level.rank
         contradicted = [level for level, outcome in ran if not outcome.passed and level.rank <= claimed]
-        agree = not contradicted
-        unchecked = [lv for lv in Level if lv.rank <= claimed and lv is not Level.LOGICAL
+        unchecked = [lv for lv in sorted(Level, key=lambda lv: lv.rank) if lv.rank <= claimed
                      and not (lv in outcomes and outcomes[lv].ran)]
         for level in unchecked:
             not_run.append(f"{level.value}: the receipt claims this level but the verifier could not check it")
-    return AuditRow(entry.artifact_id, entry.store, entry.status_text, summary, agree, not_run)
+        verdict = CONTRADICTED if contradicted else UNCHECKED if unchecked else AGREE
+    return AuditRow(entry.artifact_id, entry.store, entry.status_text, summary, verdict, not_run)

@@ -40,6 +40,7 @@ def emulator():
 def pctomb(tmp_path, emulator, monkeypatch):
     monkeypatch.setenv("PINECONE_API_KEY", "emulator-key")
     config = init_deployment(tmp_path / "deploy", {"pc": {"backend": "pinecone", "host": emulator.host,
+                                                          "allow_insecure_host": True,
                                                           "namespace": "tenant-a", "wait_seconds": 2.0}})
     with Tombstone(config, clock=FrozenClock()) as tomb:
         yield tomb
@@ -178,7 +179,84 @@ def test_missing_api_key_is_a_clear_error(pctomb, emulator, monkeypatch):
 
 def test_unreachable_service_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PINECONE_API_KEY", "k")
-    adapter = PineconeAdapter("pc", {"host": "http://127.0.0.1:9", "wait_seconds": 0.1})
+    adapter = PineconeAdapter("pc", {"host": "http://127.0.0.1:9", "allow_insecure_host": True, "wait_seconds": 0.1})
     with pytest.raises(StoreUnavailableError, match="pinecone: ") as raised:
         adapter.suppress([ArtifactRecord("pc", "x", "pinecone", "vector")])
     assert raised.value.retryable and raised.value.store == "pc"
+
+
+def _cli(*args: str, env: dict | None = None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tombstone", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_the_key_is_read_only_from_a_pinecone_variable(pctomb, emulator, monkeypatch):
+    write(pctomb, emulator, "alice", 1)
+    import tomli_w
+
+    config = pctomb.config.path
+    data = {"stores": {"pc": {**pctomb.config.stores["pc"].options, "backend": "pinecone",
+                              "api_key_env": "AWS_SECRET_ACCESS_KEY"}}}
+    hostile = config.with_name("hostile.toml")
+    hostile.write_text(config.read_text().split("[stores")[0] + tomli_w.dumps(data))
+    seen = len(emulator.requests)
+    result = _cli("erase", "alice", "--config", str(hostile), env={"AWS_SECRET_ACCESS_KEY": "aws-secret"})
+    assert result.returncode == 2 and "PINECONE_*" in result.stderr, result.stderr
+    assert "aws-secret" not in emulator.api_keys and len(emulator.requests) == seen
+
+
+def test_the_key_goes_only_to_an_https_host_unless_the_store_allows_an_emulator(pctomb, emulator):
+    from tombstone.errors import ConfigError
+
+    options = {k: v for k, v in pctomb.config.stores["pc"].options.items() if k != "allow_insecure_host"}
+    seen = len(emulator.requests)
+    with pytest.raises(ConfigError, match="must be an https:// URL"):
+        PineconeAdapter("pc", options)
+    with pytest.raises(ConfigError, match="must be an https:// URL"):
+        PineconeAdapter("pc", {**options, "allow_insecure_host": "yes"})  # only the boolean true
+    assert len(emulator.requests) == seen
+    assert PineconeAdapter("pc", {**options, "host": "https://idx-1.svc.example.pinecone.io"}).namespace == "tenant-a"
+
+
+def test_the_auditor_sends_no_key_to_a_host_from_a_config_it_was_handed(pctomb, emulator, tmp_path):
+    import json
+
+    import tomli_w
+
+    write(pctomb, emulator, "alice", 2)
+    receipt, _ = pctomb.erase("alice")
+    receipt_path = tmp_path / "alice.json"
+    receipt_path.write_text(json.dumps(receipt))
+    handed = tmp_path / "stores.toml"
+    handed.write_text(tomli_w.dumps({"stores": {"pc": {"backend": "pinecone",
+                                                       **pctomb.config.stores["pc"].options}}}))
+    key = str(pctomb.config.keys_dir / "signing.pub")
+    seen = len(emulator.requests)
+    refused = _cli("audit", str(receipt_path), "--config", str(handed), "--key", key,
+                   env={"PINECONE_API_KEY": "auditors-own-key"})
+    assert len(emulator.requests) == seen and "auditors-own-key" not in emulator.api_keys
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    assert "UNCHECKED:" in refused.stdout and "--trust-config" in refused.stdout
+    trusted = _cli("audit", str(receipt_path), "--config", str(handed), "--key", key, "--trust-config",
+                   env={"PINECONE_API_KEY": "auditors-own-key"})
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+    assert "auditors-own-key" in emulator.api_keys
+
+
+def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(pctomb, emulator):
+    ids = write(pctomb, emulator, "alice", 2)
+    arts = [pctomb.lineage.artifact("pc", i) for i in ids]
+    pctomb.lineage.record_suppressions("erasure-under-way", arts)  # what the saga records before touching the store
+    pctomb.adapter("pc").suppress(arts)
+    assert write(pctomb, emulator, "alice", 2, texts=[text("again-0"), text("again-1")]) == ids
+    view = app(pctomb, emulator)
+    assert view.fetch(ids) == {}
+    assert not {m.id for m in view.query(text=text("again-0"), top_k=3)} & set(ids)
+    receipt, _ = pctomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"UNVERIFIED"}  # managed: its best
+    write(pctomb, emulator, "alice", 1)
+    assert set(app(pctomb, emulator).fetch([ids[0]])) == {ids[0]}

@@ -47,7 +47,8 @@ def test_batch_equals_single_erasures_with_one_pass_per_store(tmp_path, monkeypa
         receipt = json.loads((root / "receipts" / f"{subject}.json").read_text())
         assert statuses(receipt) == one_by_one[subject]
         assert receipt["artifacts"][0]["evidence"]["reclaim"]["batch_subjects"] == 3
-    assert run("receipt", "verify", str(root / "receipts" / "user-0004.json")).exit_code == 0
+    assert run("receipt", "verify", str(root / "receipts" / "user-0004.json"), "--key",
+               str(root / "keys" / "signing.pub")).exit_code == 0
 
 
 def test_an_unknown_subject_in_a_batch_gets_a_signed_receipt_saying_so_and_the_others_are_erased(tmp_path):

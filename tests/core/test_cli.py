@@ -88,13 +88,14 @@ def test_demo_unknown_backend(tmp_path):
 
 def test_receipt_verify_accepts_and_rejects_a_change(demo_dir):
     path = demo_dir / "receipts" / "user-0001.json"
-    ok = run("receipt", "verify", str(path))
+    key = str(demo_dir / "keys" / "signing.pub")
+    ok = run("receipt", "verify", str(path), "--key", key)
     assert ok.exit_code == 0 and ok.output.startswith("OK ")
     data = json.loads(path.read_text())
     data["artifacts"][0]["status"] = "RESIDUAL"
     data["artifacts"][0]["measurement"] = "x"
     path.write_text(json.dumps(data))
-    one_line_error(run("receipt", "verify", str(path)), 1)
+    one_line_error(run("receipt", "verify", str(path), "--key", key), 1)
 
 
 def test_receipt_verify_with_explicit_and_wrong_key(demo_dir, tmp_path):
@@ -114,11 +115,15 @@ def test_receipt_show(demo_dir):
 def test_malformed_receipt(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert "not valid JSON" in one_line_error(run("receipt", "verify", str(bad)), 1)
-    assert "not valid JSON" in one_line_error(run("receipt", "show", str(bad)), 1)
+    assert "not valid JSON" in one_line_error(run("receipt", "verify", str(bad)), 2)  # not a receipt: bad input
+    assert "not valid JSON" in one_line_error(run("receipt", "show", str(bad)), 2)
     bad.write_text('{"schema_version": "1.0"}')
-    one_line_error(run("receipt", "show", str(bad)), 1)
-    one_line_error(run("receipt", "verify", str(tmp_path / "missing.json")), 1)
+    one_line_error(run("receipt", "show", str(bad)), 1)  # a receipt that does not match its schema fails the check
+    one_line_error(run("receipt", "verify", str(tmp_path / "missing.json")), 2)
+    for text, why in (('{"subject": "a", "subject": "b"}', "duplicate key 'subject'"), ('{"x": NaN}', "NaN"),
+                      ("[" * 100_000 + "]" * 100_000, "nested too deeply")):
+        bad.write_text(text)
+        assert why in one_line_error(run("receipt", "show", str(bad)), 2)
 
 
 def test_unknown_subject(demo_dir):
@@ -240,7 +245,8 @@ def test_demo_with_every_embedded_backend(tmp_path):
     assert {a["backend"] for a in receipt["artifacts"]} == {"chroma", "faiss", "qdrant", "docstore"}
     assert receipt["summary"]["VERIFIED"] == 12 and len(receipt["artifacts"]) == 12
     assert sorted(p.name for p in (root / "stores").iterdir()) == ["chroma", "docstore", "faiss", "qdrant"]
-    assert run("receipt", "verify", str(root / "receipts" / "user-0001.json")).exit_code == 0
+    assert run("receipt", "verify", str(root / "receipts" / "user-0001.json"), "--key",
+               str(root / "keys" / "signing.pub")).exit_code == 0
 
 
 def test_demo_pgvector_on_the_embedded_server(tmp_path):
@@ -263,13 +269,40 @@ def test_demo_pinecone_runs_against_the_emulator_and_says_so(tmp_path, monkeypat
     assert all("managed" in a["reason"] for a in receipt["artifacts"])
 
 
+def test_the_demo_never_sends_a_real_pinecone_key_and_forgets_the_emulator_when_it_stops(tmp_path, monkeypatch):
+    import tomllib
+
+    from tombstone_adapters.pinecone import emulator as emulator_module
+
+    started = []
+
+    class Recorded(emulator_module.PineconeEmulator):
+        def start(self):
+            started.append(self)
+            return super().start()
+
+    monkeypatch.setattr(emulator_module, "PineconeEmulator", Recorded)
+    monkeypatch.setenv("PINECONE_API_KEY", "a-real-pinecone-key")
+    root = tmp_path / "pc"
+    result = run("demo", "--workdir", str(root), "--backends", "pinecone", "--subjects", "2")
+    assert result.exit_code == 0, result.output
+    assert started and started[0].requests, "the demo did not use the emulator"
+    assert "a-real-pinecone-key" not in started[0].api_keys and started[0].api_keys == {"local-emulator-key"}
+    store = tomllib.loads((root / "tombstone.toml").read_text())["stores"]["pinecone"]
+    assert "host" not in store and "allow_insecure_host" not in store, store  # the emulator has stopped
+    assert store["api_key_env"] == "PINECONE_EMULATOR_KEY"
+    err = one_line_error(run("erase", "user-0002", "--config", str(root / "tombstone.toml")), 2)
+    assert "needs host" in err
+
+
 def test_erase_with_pinecone_and_no_api_key_is_one_line(tmp_path, monkeypatch):
     from tombstone.api import init_deployment
     from tombstone.lineage.db import ArtifactRecord
     from tombstone import Tombstone
 
     monkeypatch.delenv("PINECONE_API_KEY", raising=False)
-    config = init_deployment(tmp_path / "d", {"pc": {"backend": "pinecone", "host": "http://127.0.0.1:9"}})
+    config = init_deployment(tmp_path / "d", {"pc": {"backend": "pinecone", "host": "http://127.0.0.1:9",
+                                                     "allow_insecure_host": True}})
     with Tombstone(config) as tomb:
         tomb.lineage.record_artifacts("alice", [ArtifactRecord("pc", "alice-1", "pinecone", "vector")])
     err = one_line_error(run("erase", "alice", "--config", str(config.path)), 2)

@@ -124,7 +124,7 @@ def test_crash_between_file_and_chain_then_resume_leaves_one_file_per_saga(deplo
     assert (deployed / "receipts" / "user-0001.json").read_bytes() == first_bytes
     sagas = [json.loads(f.read_bytes())["saga_id"] for f in files]
     assert len(set(sagas)) == 2  # one file for each saga, the resumed one rewritten in place
-    checked = cli("receipt", "verify", str(unsealed))
+    checked = cli("receipt", "verify", str(unsealed), "--config", config)
     assert checked.returncode == 0, checked.stderr
     head = cli("receipt", "head", "--config", config).stdout.strip()
     assert head == f"2:{json.loads(unsealed.read_bytes())['receipt_hash']}"
@@ -167,4 +167,4 @@ def test_continuing_a_crashed_saga_with_another_out_moves_its_receipt(deployed):
     moved = cli("erase", "user-0001", "--config", config, "--out", str(deployed / "elsewhere.json"))
     assert moved.returncode == 0, moved.stderr
     assert list((deployed / "receipts").iterdir()) == []  # the unsealed copy of the same saga is gone
-    assert cli("receipt", "verify", str(deployed / "elsewhere.json")).returncode == 0
+    assert cli("receipt", "verify", str(deployed / "elsewhere.json"), "--config", config).returncode == 0
