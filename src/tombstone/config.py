@@ -177,5 +177,6 @@ def write_config(path: Path, stores: dict[str, dict[str, Any]] | None = None, *,
     if lineage_dsn:
         section["lineage_dsn"] = lineage_dsn
     data: dict[str, Any] = {"tombstone": section, "stores": stores or {}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    from tombstone.fsutil import write_atomic
+
+    write_atomic(path, tomli_w.dumps(data).encode("utf-8"))  # mode 0600: it may hold DSNs and hosts
