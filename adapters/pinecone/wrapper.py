@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
 
@@ -44,10 +45,12 @@ class TombstonePinecone:
                                     documents=documents, embeddings=vectors, subject=subject)
         docs = list(documents) if documents is not None else [None] * len(ids)
         metas = list(metadatas) if metadatas is not None else [None] * len(ids)
+        # An id an erasure has suppressed is written hidden: writing it again never clears its suppression.
+        hidden = suppressed_among(self.lineage, self.store, ids)
         records = []
         for aid, vec, doc, meta in zip(ids, vectors, docs, metas):
             metadata = {k: v for k, v in (meta or {}).items() if k != SUPPRESSED}
-            metadata.update({SUPPRESSED: False, ID_KEY: aid})
+            metadata.update({SUPPRESSED: aid in hidden, ID_KEY: aid})
             if doc is not None:
                 metadata[DOCUMENT_KEY] = doc
             records.append({"id": aid, "values": vec.tolist(), "metadata": metadata})

@@ -363,3 +363,21 @@ def test_minilm_embedder_without_its_extra_is_a_clear_error():
         return
     with pytest.raises(TombstoneError, match=r"tombstone-rag\[minilm\]"):
         MiniLMEmbedder()
+
+
+def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(ctomb):
+    ids = write(ctomb, "alice", 2)
+    arts = [ctomb.lineage.artifact("vectors", i) for i in ids]
+    ctomb.lineage.record_suppressions("erasure-under-way", arts)  # what the saga records before touching the store
+    ctomb.adapter("vectors").suppress(arts)
+    view = wrapper(ctomb)
+    view.upsert(ids=ids, documents=[text("again-0"), text("again-1")], metadatas=[{"n": 0}, None], subject="alice")
+    view.add(ids=["alice-chunk-new"], documents=[text("new")], subject="alice")
+    assert view.get(ids=ids)["ids"] == [] and not set(view.get()["ids"]) & set(ids)
+    assert not set(view.query(query_texts=[text("again-0")], n_results=3)["ids"][0]) & set(ids)
+    ctomb.close()
+    with Tombstone(ctomb.config, clock=FrozenClock()) as tomb:
+        receipt, _ = tomb.erase("alice")
+        assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+        wrapper(tomb).upsert(ids=[ids[0]], documents=[text("after")], subject="alice")
+        assert wrapper(tomb).get(ids=[ids[0]])["ids"] == [ids[0]]  # after the erasure: a new, visible record

@@ -183,3 +183,24 @@ def test_a_special_file_at_a_sidecar_path_is_named_and_never_hangs(tomb, sidecar
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert f"docstore.db{sidecar} is a" in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+
+
+def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(tomb):
+    ids = write_docs(tomb, "alice", 2)
+    arts = [tomb.lineage.artifact("docs", i) for i in ids]
+    tomb.lineage.record_suppressions("erasure-under-way", arts)  # what the saga records before touching the store
+    tomb.adapter("docs").suppress(arts)
+    assert write_docs(tomb, "alice", 2) == ids  # the app writes the same ids again mid-erasure
+    store = DocStore(tomb.config.stores["docs"].options["path"])
+    try:
+        assert store.get_many(ids) == [] and not {d.id for d in store.all()} & set(ids)
+    finally:
+        store.close()
+    receipt, _ = tomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    write_docs(tomb, "alice", 1)  # after the erasure a write is a new record, and visible
+    store = DocStore(tomb.config.stores["docs"].options["path"])
+    try:
+        assert store.get(ids[0]) is not None
+    finally:
+        store.close()

@@ -230,3 +230,20 @@ def test_a_special_file_in_the_store_leaves_the_artifact_unverified_and_never_ha
     for entry in receipt["artifacts"]:
         assert entry["status"] == "UNVERIFIED", entry
         assert "index-999999.faiss" in entry["reason"], entry["reason"]
+
+
+def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(ftomb):
+    ids = write(ftomb, "alice", 2)
+    arts = [ftomb.lineage.artifact("vec", i) for i in ids]
+    ftomb.lineage.record_suppressions("erasure-under-way", arts)  # what the saga records before touching the store
+    adapter = ftomb.adapter("vec")
+    adapter.suppress(arts)
+    adapter.reclaim(arts)  # the ids are gone from the index: the app may add them again before the saga ends
+    assert write(ftomb, "alice", 2, texts=[text("again-0"), text("again-1")]) == ids
+    store = app_store(ftomb)
+    assert store.get(ids=ids) == {} and not set(store.get()) & set(ids)
+    assert not {aid for aid, _ in store.search(query_texts=[text("again-0")], k=3)[0]} & set(ids)
+    receipt, _ = ftomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    write(ftomb, "alice", 1, start=5)
+    assert set(app_store(ftomb).get(ids=["alice-vec-00005"])) == {"alice-vec-00005"}

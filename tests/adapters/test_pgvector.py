@@ -260,3 +260,18 @@ def test_erasing_the_last_rows_clears_statistics_analyze_would_keep(ptomb, admin
     assert {a["status"] for a in first["artifacts"] + second["artifacts"]} == {"VERIFIED"}
     steps = second["artifacts"][0]["evidence"]["reclaim"]["evidence"]["steps"]
     assert "empty table: old planner statistics deleted (ANALYZE keeps them)" in steps
+
+
+def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(ptomb, admin):
+    ids = write(ptomb, admin, "alice", 2)
+    arts = [ptomb.lineage.artifact("pg", i) for i in ids]
+    ptomb.lineage.record_suppressions("erasure-under-way", arts)  # what the saga records before touching the store
+    ptomb.adapter("pg").suppress(arts)
+    assert write(ptomb, admin, "alice", 2, texts=[text("again-0"), text("again-1")]) == ids
+    store = app(ptomb, admin)
+    assert store.get(ids=ids) == [] and not {r["id"] for r in store.get()} & set(ids)
+    assert not {r["id"] for r in store.search(query_texts=[text("again-0")], k=3)[0]} & set(ids)
+    receipt, _ = ptomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    write(ptomb, admin, "alice", 1)
+    assert [r["id"] for r in app(ptomb, admin).get(ids=[ids[0]])] == [ids[0]]

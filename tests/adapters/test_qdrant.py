@@ -275,3 +275,18 @@ def test_a_planted_pickle_is_not_run_by_erase(qtomb, tmp_path):
     with pytest.raises(Exception, match="not a plain point"):  # nor by the app's client in this process
         local_client(path_of(qtomb))
     assert not marker.exists()
+
+
+def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(qtomb):
+    ids = write(qtomb, "alice", 2)
+    arts = [qtomb.lineage.artifact("qd", i) for i in ids]
+    qtomb.lineage.record_suppressions("erasure-under-way", arts)  # what the saga records before touching the store
+    qtomb.adapter("qd").suppress(arts)
+    assert write(qtomb, "alice", 2, texts=[text("again-0"), text("again-1")]) == ids  # upsert replaces payloads
+    view = app(qtomb)
+    assert view.retrieve(ids) == [] and not set(view.all_ids()) & set(ids)
+    assert not {p.payload["tombstone_id"] for p in view.query_points(query_text=text("again-0"), limit=3)} & set(ids)
+    receipt, _ = qtomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    write(qtomb, "alice", 1)
+    assert [p.payload["tombstone_id"] for p in app(qtomb).retrieve([ids[0]])] == [ids[0]]

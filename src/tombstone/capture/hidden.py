@@ -36,4 +36,15 @@ def keep_positions(ids: Sequence[Any], hidden: frozenset[str], limit: int | None
     return out if limit is None else out[:limit]
 
 
-__all__ = ["HiddenIds", "keep_positions"]
+def suppressed_among(lineage: Any, store: str, ids: Sequence[Any]) -> set[str]:
+    """Which of ``ids`` an erasure has suppressed in ``store`` and not yet finished with (the durable
+    suppression record, written before the store is touched, cleared once the record is gone). A wrapper
+    writing one of them writes it hidden: a re-upsert during an erasure never clears its suppression.
+    Call it under the store's lock, so that a suppression recorded after the call flags the write."""
+    if lineage is None or not ids:
+        return set()
+    hidden = lineage.hidden_ids(store)
+    return {str(i) for i in ids if str(i) in hidden}
+
+
+__all__ = ["HiddenIds", "keep_positions", "suppressed_among"]
