@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 
 from tombstone import Tombstone, init_deployment
@@ -327,3 +328,31 @@ def test_a_wrapper_write_waits_while_a_saga_step_holds_the_store(backend, tmp_pa
     assert "error" not in done, done.get("error")
     assert done["at"] >= float(released.read_text()), "the write went through before the lock was released"
     assert done["id"] in stored_ids(config, backend)
+
+
+def test_a_failed_faiss_load_leaves_the_store_on_the_generation_it_holds(tmp_path):
+    """A handle that fails to load a newer generation (here: its index file unreadable for a moment) must not
+    believe it is on that generation: its next commit would be built from the older sidecar and drop the
+    records the newer generation added."""
+    from tombstone.errors import StoreUnavailableError
+    from tombstone_adapters.faiss import FaissStore
+
+    directory = tmp_path / "faiss"
+    mine = FaissStore(directory, dim=8)
+    mine.add(["mine-rec-0001-aaaaaaaa"], embeddings=np.full((1, 8), 0.1, dtype=np.float32))
+    other = subprocess.run([sys.executable, "-c", "import sys, numpy as np\n"
+                            "from tombstone_adapters.faiss import FaissStore\n"
+                            "FaissStore(sys.argv[1]).add(['other-rec-0002-bbbbbbbb'],"
+                            " embeddings=np.full((1, 8), 0.2, dtype=np.float32))", str(directory)],
+                           capture_output=True, text=True, env=env(), timeout=120)
+    assert other.returncode == 0, other.stderr
+    newest = json.loads((directory / "CURRENT").read_text())["generation"]
+    index = directory / f"index-{newest:06d}.faiss"
+    intact = index.read_bytes()
+    index.write_bytes(b"not an index")
+    with pytest.raises(StoreUnavailableError):
+        mine.refresh()
+    index.write_bytes(intact)
+    mine.add(["mine-rec-0003-cccccccc"], embeddings=np.full((1, 8), 0.3, dtype=np.float32))
+    assert set(FaissStore(directory, create=False).get()) == {
+        "mine-rec-0001-aaaaaaaa", "other-rec-0002-bbbbbbbb", "mine-rec-0003-cccccccc"}
