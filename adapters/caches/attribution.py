@@ -17,12 +17,13 @@ from dataclasses import dataclass
 UNATTRIBUTED = "__unattributed__"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Attribution:
     subject: str
     """The subject the answer is for."""
     sources: tuple[tuple[str, str], ...] = ()
-    """(store, artifact id) of every retrieved chunk the answer was built from."""
+    """(store, artifact id) of every retrieved chunk the answer was built from; retrievers inside the block
+    add theirs (:func:`add_sources`)."""
 
 
 _current: contextvars.ContextVar[Attribution | None] = contextvars.ContextVar("tombstone_attribution", default=None)
@@ -36,6 +37,18 @@ def attribution(subject: str, sources: Sequence[tuple[str, str]] = ()) -> Iterat
         yield value
     finally:
         _current.reset(token)
+
+
+def add_sources(sources: Sequence[tuple[str, str]]) -> bool:
+    """Add retrieved chunks to the sources of the attribution in force (a retriever calls this, e.g.
+    ``tombstone_adapters.langchain``'s): an answer cached later in the same block is recorded as built from
+    them. The attribution object is shared by the copies of the context LangChain runs each step in, so a
+    chain's retriever step reaches the cache of its LLM step. False when no attribution is in force."""
+    value = _current.get()
+    if value is None:
+        return False
+    value.sources = tuple(dict.fromkeys((*value.sources, *((str(s), str(i)) for s, i in sources))))
+    return True
 
 
 def current() -> Attribution:

@@ -153,4 +153,23 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         """,
     ),
+    (
+        8,
+        "index records",
+        """
+        -- A record manager's rows (LangChain's indexing API): which keys an index run wrote, when, and from
+        -- which source (group). The group is kept as an HMAC for lookups and sealed for reading back: a
+        -- source name can be personal data too.
+        CREATE TABLE index_records (
+            namespace    TEXT NOT NULL,
+            record_key   TEXT NOT NULL,
+            group_key    TEXT,
+            group_sealed BLOB,
+            updated_at   REAL NOT NULL,
+            PRIMARY KEY (namespace, record_key)
+        );
+        CREATE INDEX index_records_by_time ON index_records(namespace, updated_at);
+        CREATE INDEX index_records_by_group ON index_records(namespace, group_key, updated_at);
+        """,
+    ),
 )
