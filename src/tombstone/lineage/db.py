@@ -512,6 +512,30 @@ class LineageDB:
                 [(a.store, a.artifact_id) for a in artifacts],
             )
 
+    # -- semantic snapshots (tombstone.verify.semantic) ---------------------------------------
+
+    def save_semantic_snapshots(self, saga_id: str, store: str, snapshots: dict[str, tuple[dict[str, Any], bytes]]) -> None:
+        """Record, per artifact id, what the semantic level measured before suppression: ``(meta, vectors)``
+        (JSON-able metadata, float32 bytes). Replaces an earlier snapshot of the same artifact. The rows hold
+        the artifact's own vector: they are deleted with its probe vectors when its receipt is sealed."""
+        with self.atomic() as conn:
+            conn.executemany(
+                "INSERT INTO semantic_snapshots VALUES (?, ?, ?, ?, ?) ON CONFLICT (store, artifact_id)"
+                " DO UPDATE SET saga_id = excluded.saga_id, meta = excluded.meta, vectors = excluded.vectors",
+                [(store, aid, saga_id, json.dumps(meta, sort_keys=True), vectors)
+                 for aid, (meta, vectors) in sorted(snapshots.items())],
+            )
+
+    def semantic_snapshots(self, store: str, artifact_ids: Iterable[str]) -> dict[str, tuple[dict[str, Any], bytes]]:
+        """The recorded snapshots of these artifacts of ``store`` (those that have one): ``(meta, vectors)``."""
+        out = {}
+        for aid in artifact_ids:
+            row = self._conn.execute("SELECT meta, vectors FROM semantic_snapshots WHERE store = ? AND artifact_id = ?",
+                                     (store, aid)).fetchone()
+            if row is not None:
+                out[aid] = (json.loads(row[0]), bytes(row[1]))
+        return out
+
     # -- suppression --------------------------------------------------------------------------
 
     def record_suppressions(self, saga_id: str, artifacts: Iterable[ArtifactRecord]) -> None:
@@ -761,7 +785,7 @@ class LineageDB:
         """Add a receipt to the chain and close its saga, in one transaction.
 
         ``purge`` names the saga's artifacts: in the same transaction their fingerprints, keyed content
-        hashes, norms and probe vectors are removed, so once a receipt is sealed Tombstone's records keep
+        hashes, norms, probe vectors and semantic snapshots are removed, so once a receipt is sealed Tombstone's records keep
         nothing of what was erased but ids and statuses (``secure_delete`` zeroes the freed bytes; the
         write-ahead log is checkpointed and truncated afterwards)."""
         now = self._now()
@@ -770,6 +794,7 @@ class LineageDB:
             conn.executemany("UPDATE artifacts SET fingerprint = NULL, content_hash = NULL, inv_norm = NULL"
                              " WHERE store = ? AND artifact_id = ?", purge)
             conn.executemany("DELETE FROM probes WHERE store = ? AND artifact_id = ?", purge)
+            conn.executemany("DELETE FROM semantic_snapshots WHERE store = ? AND artifact_id = ?", purge)
             head = self.chain_head()
             if (head[1] if head else None) != previous:
                 raise LineageError("receipt chain moved while this receipt was being signed; resume the saga")

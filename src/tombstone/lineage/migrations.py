@@ -172,4 +172,22 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         CREATE INDEX index_records_by_group ON index_records(namespace, group_key, updated_at);
         """,
     ),
+    (
+        9,
+        "semantic snapshots",
+        """
+        -- What the semantic level measured of an artifact's neighbourhood before suppression hid it: its
+        -- probe queries' Top-5 (ids, distances, vectors, the artifact's own vector among them) and its
+        -- same-cluster controls. Kept only until the receipt is sealed: the purge in the receipt's
+        -- transaction deletes it with the probe vectors (secure_delete zeroes the freed pages).
+        CREATE TABLE semantic_snapshots (
+            store       TEXT NOT NULL,
+            artifact_id TEXT NOT NULL,
+            saga_id     TEXT NOT NULL,
+            meta        TEXT NOT NULL,                -- JSON: ids, distances, ranks, drifts, array layout
+            vectors     BLOB NOT NULL,                -- float32 little-endian arrays, as the layout says
+            PRIMARY KEY (store, artifact_id)
+        );
+        """,
+    ),
 )
