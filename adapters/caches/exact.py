@@ -82,6 +82,34 @@ class TombstoneSQLiteCache(SQLAlchemyCache):
             for row in rows:
                 session.merge(row)
 
+    def lookup(self, prompt: str, llm_string: str) -> list[Any] | None:
+        """The cached generations, read back as what was stored: LangChain's own ``loads``, limited to its
+        core classes (generations, messages) and quiet about being in beta — under warnings-as-errors the
+        parent's lookup would hand back the serialised JSON as the answer's text."""
+        import warnings
+
+        from langchain_core._api import LangChainBetaWarning
+        from langchain_core.load import loads
+        from sqlalchemy import select
+
+        stmt = (select(TombstoneLLMCacheRow.response).where(TombstoneLLMCacheRow.prompt == prompt)
+                .where(TombstoneLLMCacheRow.llm == llm_string).order_by(TombstoneLLMCacheRow.idx))
+        with Session(self.engine) as session:
+            rows = session.execute(stmt).fetchall()
+        if not rows:
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LangChainBetaWarning)
+            return [loads(row[0], allowed_objects="core") for row in rows]
+
+    # LangChain's async callers would run these in a thread pool; the lineage db's connection belongs to the
+    # thread that opened it, so they run here, on the caller's thread.
+    async def alookup(self, prompt: str, llm_string: str) -> list[Any] | None:
+        return self.lookup(prompt, llm_string)
+
+    async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Any]) -> None:
+        self.update(prompt, llm_string, return_val)
+
 
 class ExactCacheAdapter(ExactCacheHooks, Adapter):
     """Options: ``path`` (the SQLite file), ``secure_delete`` (bool, optional)."""

@@ -22,6 +22,7 @@ from tombstone_adapters.chroma.adapter import ChromaAdapter
 from tombstone_adapters.chroma.wrapper import TombstoneCollection
 
 from .attribution import current
+from .hooks import SemanticCacheHooks
 
 BACKEND = "semantic_cache"
 
@@ -61,13 +62,21 @@ class TombstoneSemanticCache(BaseCache):
                             subject=who.subject, kind="semantic_cache_entry",
                             sources=[(s, i, "answer_built_from") for s, i in who.sources])
 
+    # LangChain's async callers would run these in a thread pool; the lineage db's connection belongs to the
+    # thread that opened it, so they run here, on the caller's thread.
+    async def alookup(self, prompt: str, llm_string: str):
+        return self.lookup(prompt, llm_string)
+
+    async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Any]) -> None:
+        self.update(prompt, llm_string, return_val)
+
     def clear(self, **kwargs: Any) -> None:
         ids = self.entries.collection.get(include=[])["ids"]
         if ids:
             self.entries.delete(ids=ids)
 
 
-class SemanticCacheAdapter(ChromaAdapter):
+class SemanticCacheAdapter(SemanticCacheHooks, ChromaAdapter):
     """Options: those of the backing Chroma store (``path``, ``collection``) plus ``neighbours`` (default 0)."""
 
     backend = BACKEND
