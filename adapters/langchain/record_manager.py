@@ -16,10 +16,13 @@ in-memory record manager's; run one indexer per namespace at a time.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_core.documents import Document
 from langchain_core.indexing import RecordManager
 
 
@@ -86,6 +89,16 @@ class TombstoneRecordManager(RecordManager):
 
     async def adelete_keys(self, keys: Sequence[str]) -> None:
         self.delete_keys(keys)
+
+    def key_encoder(self, document: Document) -> str:
+        """A document's key for ``index(..., key_encoder=record_manager.key_encoder)``: deterministic, as
+        ``index()`` needs, but keyed with the lineage secret. LangChain's own encoders (SHA-1 by default)
+        hash content and metadata in the clear, and the key becomes the record's id in the store, the lineage
+        db and every receipt: anyone holding one could confirm a guessed text. With this one only the holder
+        of the lineage secret can."""
+        data = json.dumps([document.page_content, document.metadata], sort_keys=True, ensure_ascii=False, default=str)
+        digest = hashlib.sha256(b"tombstone-index-key\x00" + data.encode("utf-8")).hexdigest()
+        return "doc-" + self.lineage.secret.content_key(digest)[:48]
 
     def sources_of(self, keys: Sequence[str]) -> dict[str, str | None]:
         """The source (group id) each key was recorded with; keys without a record are left out."""
