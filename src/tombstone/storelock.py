@@ -23,7 +23,6 @@ import fcntl
 import os
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from tombstone.errors import StoreUnavailableError
@@ -85,7 +84,7 @@ class StoreLock:
         """The lock file, created if missing; None when there is none and it cannot be created (no such
         folder, or a read-only one: nothing there can be rewritten by this process either)."""
         try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # private, as every file Tombstone makes
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None  # no folder for the store to be in: no store to guard
@@ -140,7 +139,7 @@ class StoreLock:
             return
         del _held[key]
         if entry[0] >= 0:
-            token = f"{os.getpid()}:{uuid.uuid4().hex[:16]}"
+            token = f"{os.getpid()}:{time.time_ns()}"
             try:
                 os.pwrite(entry[0], token.encode().ljust(_TOKEN.stop - _TOKEN.start), _TOKEN.start)
                 _written[key[0]] = token
