@@ -105,8 +105,10 @@ def section(result: dict) -> str:
     lines += [
         "",
         "A Parquet shard is compressed, so the probe decodes it rather than trust the byte scan; JSONL is decoded"
-        " too, line by line. The difference between the two probe columns is the cost of hashing every row's"
-        " text and keying the hash with the lineage secret. The reclaim parses only the JSONL lines that can hold"
-        " an erased id (one multi-pattern pass finds them) and filters a Parquet shard column-wise.",
+        " too, line by line. The difference between the two probe columns is the cost of reading every row's"
+        " text, hashing it and keying the hash with the lineage secret (an ids-only probe of a Parquet shard reads"
+        " the id column alone). The reclaim parses only the JSONL lines that can hold an erased id (one"
+        " multi-pattern pass finds them) and filters a Parquet shard column-wise. The 1M-row figures are single"
+        " runs, so they carry whatever else the machine was doing at that moment.",
     ]
     return "\n".join(lines)
