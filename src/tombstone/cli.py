@@ -88,16 +88,20 @@ def init(home: str, lineage_dsn: str | None) -> None:
 @click.option("--erase", "erase_subject", default=None,
               help="Subject to erase (default: the first one); 'none' builds without erasing.")
 @click.option("--force", is_flag=True, help="Rebuild a directory a previous demo created.")
-def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str | None, force: bool) -> None:
+@click.option("--via", default="wrappers", show_default=True, metavar="wrappers|langchain",
+              help="Write through the wrappers, or as a LangChain app: chunks through TombstoneVectorStore,"
+                   " cached answers from a RAG chain with the caches as LangChain's LLM cache.")
+def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str | None, force: bool, via: str) -> None:
     """Build a small deployment through the wrappers, erase one subject, print the receipt summary."""
     from tombstone.api import Tombstone
     from tombstone.demo import build_demo, default_backends, stop_services
 
     names = [b.strip() for b in backends.split(",") if b.strip()] if backends is not None else default_backends()
     try:
-        refs = build_demo(workdir, names, subjects, force=force)
+        refs = build_demo(workdir, names, subjects, force=force, via=via)
         root = Path(workdir)
-        click.echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})")
+        click.echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})"
+                   + (f" through {via}" if via != "wrappers" else ""))
         if erase_subject == "none":
             click.echo("nothing erased (--erase none)")
             return
@@ -683,14 +687,15 @@ def receipt_schema_cmd() -> None:
 @click.option("--key", type=click.Path(dir_okay=False), default=None,
               help="Trusted Ed25519 public key (PEM) to check signatures against (never a key found next to the receipts).")
 @click.option("--anchor", default=None, help="A published chain head, COUNT:HASH from 'tombstone receipt head'.")
-@click.option("--format", "fmt", type=click.Choice(["html", "md", "json"]), default="html", show_default=True,
-              help="One self-contained HTML page, Markdown, or JSON.")
+@click.option("--format", "fmt", default="html", metavar="html|md|json",
+              help="html (default: one self-contained page), md (Markdown) or json.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the report to FILE (default: stdout).")
 def report_cmd(paths: tuple[str, ...], config_path: str | None, key: str | None, anchor: str | None, fmt: str,
                out: str | None) -> None:
     """Summarise receipts across subjects, stores and levels for a compliance team (exit 3: action needed)."""
-    from tombstone.report.command import exit_code, make_report, summary_line, write_report
+    from tombstone.report.command import check_format, exit_code, make_report, summary_line, write_report
 
+    check_format(fmt)
     report = make_report(paths, config_path=config_path, key_path=key, anchor=anchor)
     write_report(report, fmt, out)
     if out:
@@ -701,9 +706,9 @@ def report_cmd(paths: tuple[str, ...], config_path: str | None, key: str | None,
 @main.command("serve")
 @CONFIG_OPTION
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless --allow-remote).")
-@click.option("--port", type=int, default=8765, show_default=True, help="Port to listen on (0: any free port).")
+@click.option("--port", default="8765", show_default=True, help="Port to listen on (0: any free port).")
 @click.option("--allow-remote", is_flag=True, help="Allow a --host that other machines can reach.")
-def serve_cmd(config_path: str | None, host: str, port: int, allow_remote: bool) -> None:
+def serve_cmd(config_path: str | None, host: str, port: str, allow_remote: bool) -> None:
     """A read-only local page over the deployment: sagas, receipts, evidence, dead letters, the chain."""
     from tombstone.report.server import serve
 

@@ -223,6 +223,7 @@ def start_serve(config: Path, *extra: str, timeout: float = 60.0) -> Served:
             return Served(proc, base, token, printed)
     proc.kill()
     proc.wait()
+    proc.stdout.close()
     raise AssertionError("tombstone serve did not start:\n" + "\n".join(printed))
 
 

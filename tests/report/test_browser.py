@@ -247,19 +247,20 @@ def test_the_viewer_renders_and_checks_receipts(page, served):
 
 def test_a_reader_can_check_against_their_own_key(page, served, tmp_path):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from playwright.sync_api import expect
 
     page.goto(served.open_url)
     other = tmp_path / "other.pub"
     other.write_bytes(public_pem(Ed25519PrivateKey.generate()))
     page.set_input_files("#key-file", str(other))
-    page.wait_for_function("document.getElementById('key-label').textContent.includes('your key')")
+    expect(page.locator("#key-label")).to_contain_text("your key")  # polled from here: the page's CSP forbids eval
     page.set_input_files("#drop-file", str(served.root / "receipts" / "user-0001.json"))
     page.wait_for_selector("#drop-result[data-done='1']")
     assert page.locator("#check-browser").get_attribute("data-stage") == "key"  # signed by another key
     assert page.locator("#check-server .verdict").inner_text() == "PASS"  # the server uses the deployment's
     page.set_input_files("#key-file", str(served.root / "keys" / "signing.pub"))
     deployment_key = next(line for line in served.printed if line.startswith("public key: ")).split(": ")[1]
-    page.wait_for_function(f"document.getElementById('key-label').textContent.includes('{deployment_key}')")
+    expect(page.locator("#key-label")).to_contain_text(deployment_key)
     page.evaluate("document.getElementById('drop-result').dataset.done = ''")
     page.set_input_files("#drop-file", str(served.root / "receipts" / "user-0001.json"))
     page.wait_for_selector("#drop-result[data-done='1']")

@@ -229,6 +229,7 @@ def test_out_writes_a_file_and_never_over_a_receipt(tmp_path, chain, key_file):
     ("emptydir", ["{d}/empty"]),
     ("badkey", ["{d}/r", "--key", "{d}/bad.pub"]),
     ("noconfig", ["--config", "{d}/nope.toml"]),
+    ("badformat", ["{d}/r", "--format", "pdf"]),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, chain, setup, args):
     chain.write(tmp_path / "r")
@@ -304,3 +305,39 @@ def test_build_report_reads_the_typed_receipt(tmp_path, chain, key):
     with pytest.raises(ConfigError):
         chain_state([], signatures_checked=False, anchor="x")  # malformed anchor is bad input
     assert chain_state([], signatures_checked=False).state == "empty"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env, outcome", [
+    ({"TOMBSTONE_CHROMIUM": "/nonexistent/chromium"}, "error"),  # pytest.fail in a fixture: an error, exit 1
+    ({"TOMBSTONE_CHROMIUM": "/nonexistent/chromium", "TOMBSTONE_SKIP_BROWSER": "1"}, "skipped"),
+])
+def test_browser_tests_fail_without_chromium_unless_skipped_on_purpose(tmp_path, env, outcome):
+    import os
+    import subprocess
+    import sys
+
+    test = Path(__file__).with_name("test_browser.py")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", f"{test}::test_a_request_without_the_token_is_refused", "-q", "-rfs",
+         "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}"],
+        capture_output=True, text=True, cwd=test.parents[2],
+        env={**{k: v for k, v in os.environ.items() if k != "TOMBSTONE_SKIP_BROWSER"}, **env}, timeout=300)
+    assert f"1 {outcome}" in result.stdout, result.stdout[-2000:]
+    if outcome == "error":
+        assert result.returncode == 1
+        assert "Chromium not found at /nonexistent/chromium: install it with 'apt-get update && apt-get install -y" \
+               " chromium'" in result.stdout
+    else:
+        assert result.returncode == 0 and "TOMBSTONE_SKIP_BROWSER=1" in result.stdout
+
+
+def test_a_deployment_without_receipts(tmp_path):
+    from tombstone import init_deployment
+
+    config = init_deployment(tmp_path / "empty")
+    result = run("report", "--config", str(config.path), "--format", "md")
+    assert result.exit_code == 0 and "No receipts: no erasure has finished yet." in result.stdout
+    assert "Chain: no receipts" in result.stdout
+    html = run("report", "--config", str(config.path)).stdout
+    assert "No subject needs action." in html and "No artifacts to count." in html

@@ -167,6 +167,7 @@ def test_serve_refuses_bad_input_in_one_line(tmp_path, demo_deployment):
     assert "--allow-remote" in one_line("--config", config, "--host", "0.0.0.0")
     assert "config file not found" in one_line("--config", str(tmp_path / "nope.toml"))
     assert "--port" in one_line("--config", config, "--port", "70000")
+    assert "--port" in one_line("--config", config, "--port", "abc")
     import socket
 
     with socket.socket() as taken:

@@ -17,6 +17,11 @@ from tombstone.report.render import FORMATS, render
 EXIT_OK, EXIT_FAILED, EXIT_ACTION_NEEDED = 0, 1, 3
 
 
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
 def make_report(paths: Sequence[str], *, config_path: str | None, key_path: str | None,
                 anchor: str | None = None) -> Report:
     """The report over ``paths`` (files, directories), or over the deployment's sealed copies when no path is
@@ -46,8 +51,7 @@ def make_report(paths: Sequence[str], *, config_path: str | None, key_path: str 
 
 def write_report(report: Report, fmt: str, out: str | None) -> None:
     """Print the report, or write it to ``out`` (never over a receipt)."""
-    if fmt not in FORMATS:
-        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    check_format(fmt)
     text = render(report, fmt)
     if out is None:
         sys.stdout.write(text)
@@ -80,4 +84,4 @@ def summary_line(report: Report) -> str:
             f" chain: {report.chain.text}")
 
 
-__all__ = ["exit_code", "make_report", "summary_line", "write_report"]
+__all__ = ["check_format", "exit_code", "make_report", "summary_line", "write_report"]

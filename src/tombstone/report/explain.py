@@ -20,8 +20,8 @@ _VERIFIED = {
     Level.LOGICAL: ("No query path Tombstone knows of returns the artifact any more (lookup by id, filters,"
                     " nearest-neighbour queries with the artifact's probe vectors).",
                     "That its bytes left storage, or that a path bypassing the wrapper cannot reach it."),
-    Level.PHYSICAL: ("No query path returns it, and after the store was rewritten a byte scan of every file the"
-                     " store keeps found neither the artifact's id nor its content pattern.",
+    Level.PHYSICAL: ("No query path returns it, and once the store had reclaimed its space a byte scan of every"
+                     " file the store keeps found neither the artifact's id nor its content pattern.",
                      f"Copies outside those files: {BEYOND_THE_FILES}."),
     Level.SEMANTIC: ("The lower levels passed, and the neighbourhood of similar records shows no measurable trace"
                      " of it.",

@@ -163,6 +163,8 @@ def render_markdown(report: Report) -> str:
     if report.left_out:
         out += ["", f"{report.left_out} receipt(s) that fail their check are left out of these counts."]
     out += ["", "## Subjects"]
+    if not report.subjects:
+        out += ["", "No receipts: no erasure has finished yet."]
     for s in report.subjects:
         r = s.latest.receipt
         out += ["", f"### {md(s.subject)}", "", f"**{md(s.outcome)}**", ""]

@@ -323,15 +323,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(config_path: str | None, *, host: str, port: int, allow_remote: bool, echo: Callable[[str], None],
-          token: str | None = None) -> None:
+def serve(config_path: str | None, *, host: str, port: int | str, allow_remote: bool,
+          echo: Callable[[str], None], token: str | None = None) -> None:
     """Serve the deployment until interrupted. Prints where, and the token, before the first request."""
     require("serve", "starlette", "uvicorn", "jinja2")
+    try:
+        port = int(port)
+    except ValueError as exc:
+        raise ConfigError(f"--port must be a number 0..65535, got {port!r}") from exc
     if not is_loopback(host) and not allow_remote:
         raise ConfigError(f"--host {host} is not a loopback address: pass --allow-remote to serve the deployment's"
                           " receipts to other machines (anyone who reaches it with the token can read them)")
     if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be 0..65535, got {port}")
+        raise ConfigError(f"--port must be a number 0..65535, got {port!r}")
     deployment = open_deployment(config_path)
     token = token or secrets.token_urlsafe(24)
     sock = bind(host, port)
