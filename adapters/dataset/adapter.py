@@ -44,6 +44,7 @@ class DatasetAdapter(DatasetHooks, Adapter):
         kwargs = {"lock_wait": float(options["lock_wait"])} if "lock_wait" in options else {}
         self.data = DatasetStore(root, store=store, create=False, **kwargs)
         self.files: DatasetFiles = self.data
+        self.files.manifest()  # a current pointer or manifest that cannot be read stops an erasure before it starts
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:
         """The file system's errors, and pyarrow's (a Parquet shard it cannot read or write)."""

@@ -379,14 +379,24 @@ def test_a_fifo_in_the_shards_is_named_and_never_hangs(dtomb):
         dtomb.adapter("train").reclaim(arts(dtomb, mine))
 
 
-def test_missing_dataset_is_one_line_exit_2(dtomb):
-    from tombstone.testing.crash import cli
-
+@pytest.mark.parametrize("damage", ["missing", "current", "manifest"])
+def test_an_unreadable_dataset_is_one_line_exit_2(dtomb, damage):
+    """A dataset that is gone, or whose current pointer or manifest is not readable, stops the erasure
+    before anything changes: one line, exit 2."""
     export(dtomb, "alice", 1, "jsonl")
-    shutil.rmtree(root_of(dtomb))
-    result = cli("erase", "alice", "--config", str(dtomb.config.path))
-    assert result.returncode == 2, result.stderr
-    assert "no dataset at" in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+    root = root_of(dtomb)
+    if damage == "missing":
+        shutil.rmtree(root)
+    elif damage == "current":
+        (root / "CURRENT").write_text("{not json")
+    else:
+        (root / "manifests" / f"v{DatasetStore(root).current_version():06d}.json").write_text("[]")
+    result = cli_run("erase", "alice", "--config", str(dtomb.config.path))
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and ("no dataset at" in lines[0] or "is not readable" in lines[0]
+                                or "not a readable dataset manifest" in lines[0]), result.output
+    assert not dtomb.lineage.sagas()
 
 
 # -- demo and the CI gate ------------------------------------------------------------------------------
