@@ -357,6 +357,21 @@ def test_the_auditor_agrees_and_then_finds_a_restored_shard(dtomb):
     assert {r.verdict for r in rows} == {CONTRADICTED}
 
 
+def test_rows_left_in_a_pinned_shard_are_residual_naming_the_pin(dtomb, monkeypatch):
+    """When the rows stay (here: a reclaim that only deletes from the manifest), the receipt says
+    RESIDUAL(physical) and names the shard, the versions listing it and the pins on those versions."""
+    mine = export(dtomb, "alice", 1, "parquet")
+    data = DatasetStore(root_of(dtomb), lineage=dtomb.lineage, store="train")
+    pinned = data.current_version()
+    data.record_training_run(pinned, "ft-7")
+    monkeypatch.setattr(DatasetStore, "reclaim", lambda self, ids: {"plain delete": self.delete(ids)})
+    receipt, _ = dtomb.erase("alice")
+    entry = next(a for a in receipt["artifacts"] if a["artifact_id"] == mine[0])
+    assert (entry["status"], entry["level"]) == ("RESIDUAL", "physical")
+    assert f"v{pinned} (pinned by training run ft-7)" in entry["measurement"]
+    assert "row decoded 1x in shards/part-" in entry["measurement"]
+
+
 # -- what the probe refuses to call clean -------------------------------------------------------------
 
 
