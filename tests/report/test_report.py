@@ -341,3 +341,34 @@ def test_a_deployment_without_receipts(tmp_path):
     assert "Chain: no receipts" in result.stdout
     html = run("report", "--config", str(config.path)).stdout
     assert "No subject needs action." in html and "No artifacts to count." in html
+
+
+@pytest.mark.slow
+def test_a_lineage_db_on_postgresql_is_opened_read_only(tmp_path):
+    import os
+    import uuid
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    from tombstone import Tombstone, demo, init_deployment
+    from tombstone.config import load_config
+    from tombstone_adapters.pgvector.server import embedded_dsn
+
+    server = os.environ.get("TOMBSTONE_TEST_PG_DSN") or embedded_dsn(tmp_path / "pg" / "data")
+    name = f"lineage_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    dsn = urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
+    config = init_deployment(tmp_path / "d", {"docs": {"backend": "docstore", "path": "stores/docs/docstore.db"}},
+                             lineage_dsn=dsn)
+    with Tombstone(config) as tomb:
+        demo.fill(tomb, "docs", ["user-0001", "user-0002"])
+        tomb.erase("user-0001")
+    code, data = report_json("--config", str(config.path))
+    assert code == 0 and [s["subject"] for s in data["subjects"]] == ["user-0001"]
+    assert data["subjects"][0]["latest"]["integrity"]["state"] == "verified"
+    with ReadOnlyLineage.open(load_config(config.path)) as lineage:
+        assert lineage.chain_head()[0] == 1
+        with pytest.raises(psycopg.Error, match="read-only transaction"):
+            lineage.journal("x", "y", "", "begin")
