@@ -48,6 +48,8 @@ def test_the_files_tombstone_creates_are_private(tmp_path, open_umask):
     assert mode(path) == 0o600
     locks = list((config.lineage_db.parent / "locks").glob("*.lock"))
     assert locks and all(mode(lock) == 0o600 for lock in locks)
+    store_locks = list(Path(config.stores["docs"].options["path"]).parent.glob("*.tombstone.lock"))
+    assert store_locks and all(mode(lock) == 0o600 for lock in store_locks)
     assert mode(config.keys_dir / "signing.key") == 0o600
 
 
