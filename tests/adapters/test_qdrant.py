@@ -66,10 +66,9 @@ def scan(directory: Path, pattern: bytes) -> list[str]:
 
 def stored(tomb) -> dict:
     """Every persisted point, decoded from storage.sqlite: {artifact id: (payload, raw vector)}."""
-    conn = sqlite3.connect(path_of(tomb) / "collection" / "chunks" / "storage.sqlite")
-    rows = conn.execute("SELECT point FROM points").fetchall()
-    conn.close()
-    points = [pickle.loads(b) for (b,) in rows]
+    from tombstone_adapters.qdrant.points import read_points
+
+    points = [p for _rowid, p in read_points(path_of(tomb) / "collection" / "chunks" / "storage.sqlite")]
     return {p.payload["tombstone_id"]: (p.payload, p.vector) for p in points}
 
 
