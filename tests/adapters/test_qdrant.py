@@ -289,3 +289,31 @@ def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(qt
     assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
     write(qtomb, "alice", 1)
     assert [p.payload["tombstone_id"] for p in app(qtomb).retrieve([ids[0]])] == [ids[0]]
+
+
+def test_read_only_a_leftover_rewrite_marker_is_left_alone_and_nothing_changes(qtomb):
+    import hashlib
+    import json
+
+    from tombstone_adapters.qdrant.adapter import MARKER
+
+    mine = write(qtomb, "alice", 2)
+    write(qtomb, "bob", 2)
+    client = local_client(path_of(qtomb))
+    client.create_collection("chunks-tombstone-rewrite",
+                             vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    (path_of(qtomb) / MARKER).write_text(json.dumps({"collection": "chunks", "phase": "copy-back"}))
+    close_local_clients()  # as another process would find it: a killed reclaim's marker and staging copy
+
+    def tree():
+        return {str(p.relative_to(path_of(qtomb).parent)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in path_of(qtomb).parent.rglob("*") if p.is_file()}
+
+    before = tree()
+    adapter = QdrantAdapter.open_read_only("qd", qtomb.config.stores["qd"].options)
+    try:
+        found = adapter.probe_logical([qtomb.lineage.artifact("qd", i) for i in mine])
+        assert not any(r.passed for r in found.values())  # the live points are seen
+    finally:
+        adapter.close()
+    assert tree() == before, "a read-only open changed the store (marker recovery, lock file, rewritten rows)"
