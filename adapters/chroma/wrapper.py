@@ -1,8 +1,12 @@
 """The Chroma collection wrapper apps write and read through.
 
 Same calls as a chromadb ``Collection`` (add, upsert, update, query, get, peek, count, delete), plus a
-``subject=`` on writes. Writes record lineage and probe vectors; every read path merges a filter on
-the suppression flag into the caller's ``where`` and post-filters the results as well.
+``subject=`` on writes. Writes record lineage and probe vectors. Reads hide what an erasure has suppressed
+and not yet reclaimed: the set of those ids comes from the lineage db (``tombstone.capture.hidden``), so
+with nothing suppressed a read is the collection's own call (no metadata filter for the store to evaluate
+over the whole collection); while something is, queries ask for that many more results and drop the hidden
+ones. Results are also post-filtered on the in-store flag. Only a paginated ``get`` (limit/offset) during
+that window, and a read-only wrapper without a lineage db, filter on the flag inside the store.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tombstone.capture.hidden import suppressed_among
+from tombstone.capture.hidden import HiddenIds, keep_positions
 from tombstone.capture.vector import Embedder, capture_vectors, embed
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -75,6 +80,31 @@ def _filter_nested(result: dict[str, Any], strip_metadata: bool) -> dict[str, An
     return out
 
 
+def _drop_flat(result: dict[str, Any], hidden: frozenset[str]) -> dict[str, Any]:
+    keep = keep_positions(result["ids"], hidden)
+    if len(keep) == len(result["ids"]):
+        return result
+    out = dict(result)
+    for key in ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data"):
+        if out.get(key) is not None:
+            out[key] = _keep(out[key], keep)
+    return out
+
+
+def _drop_nested(result: dict[str, Any], hidden: frozenset[str], n_results: int) -> dict[str, Any]:
+    """Per query row: the first ``n_results`` ids that are not hidden."""
+    out = dict(result)
+    for key in ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data"):
+        if out.get(key) is not None:
+            out[key] = list(out[key])
+    for r, row in enumerate(result["ids"]):
+        keep = keep_positions(row, hidden, n_results)
+        for key in ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data"):
+            if out.get(key) is not None and out[key][r] is not None:
+                out[key][r] = _keep(out[key][r], keep)
+    return out
+
+
 def _edges(sources) -> list[tuple[str, str, str]]:
     """(store, id) or (store, id, relation) → (store, id, relation)."""
     return [(s[0], s[1], s[2] if len(s) > 2 else "derived") for s in sources]
@@ -108,6 +138,8 @@ class TombstoneCollection:
         self.store = store
         self.embedder = embedder
         self.lock = store_lock_of(collection, store, lock_wait)
+        self.hidden = HiddenIds(lineage, store) if lineage is not None else None
+        """Ids suppressed and not yet reclaimed (None: no lineage db, the in-store flag decides)."""
 
     def _write(self, method: str, **kwargs: Any) -> Any:
         with self.lock if self.lock is not None else contextlib.nullcontext():
@@ -215,6 +247,9 @@ class TombstoneCollection:
 
     # -- reads (every one hides suppressed records) -------------------------------------------
 
+    def _hidden_now(self) -> frozenset[str] | None:
+        return self.hidden.current() if self.hidden is not None else None
+
     def query(self, query_embeddings=None, query_texts=None, n_results: int = 10, where=None,
               where_document=None, include=None, **kwargs) -> dict[str, Any]:
         if query_texts is not None:
@@ -222,21 +257,49 @@ class TombstoneCollection:
                 raise ValueError("query_texts needs an embedder")
             query_embeddings = embed(self.embedder, list(query_texts))
         include = list(include) if include is not None else list(_QUERY_INCLUDE)
-        result = self._call("query", query_embeddings=query_embeddings, n_results=n_results,
-                            where=merge_where(where), where_document=where_document,
+        hidden = self._hidden_now()
+        if hidden is None:  # no lineage db: the in-store flag is all there is
+            result = self._call("query", query_embeddings=query_embeddings, n_results=n_results,
+                                where=merge_where(where), where_document=where_document,
+                                include=sorted(set(include) | {"metadatas"}), **kwargs)
+            return _filter_nested(result, "metadatas" not in include)
+        result = self._call("query", query_embeddings=query_embeddings, n_results=n_results + len(hidden),
+                            where=where, where_document=where_document,
                             include=sorted(set(include) | {"metadatas"}), **kwargs)
-        return _filter_nested(result, "metadatas" not in include)
+        return _filter_nested(_drop_nested(result, hidden, n_results), "metadatas" not in include)
 
     def get(self, ids=None, where=None, limit=None, offset=None, where_document=None, include=None,
             **kwargs) -> dict[str, Any]:
         include = list(include) if include is not None else list(_GET_INCLUDE)
-        result = self._call("get", ids=ids, where=merge_where(where), limit=limit, offset=offset,
-                            where_document=where_document, include=sorted(set(include) | {"metadatas"}),
-                            **kwargs)
-        return _filter_flat(result, "metadatas" not in include)
+        hidden = self._hidden_now()
+        paginated = ids is None and (limit is not None or offset)
+        if hidden is None or (hidden and paginated):
+            # Without a lineage db, or paginating while something is hidden: the flag filter keeps pages exact.
+            result = self._call("get", ids=ids, where=merge_where(where), limit=limit, offset=offset,
+                                where_document=where_document, include=sorted(set(include) | {"metadatas"}),
+                                **kwargs)
+            result = _filter_flat(result, "metadatas" not in include)
+            return _drop_flat(result, hidden) if hidden else result
+        if hidden and ids is not None:
+            ids = [i for i in ([ids] if isinstance(ids, str) else ids) if str(i) not in hidden]
+            if not ids:  # every id asked for is hidden
+                return {"ids": [], **{key: [] if key in include else None
+                                      for key in ("embeddings", "documents", "metadatas", "uris", "data")},
+                        "included": include}
+        result = self._call("get", ids=ids, where=where, limit=limit, offset=offset, where_document=where_document,
+                            include=sorted(set(include) | {"metadatas"}), **kwargs)
+        return _filter_flat(_drop_flat(result, hidden) if hidden else result, "metadatas" not in include)
 
     def peek(self, limit: int = 10) -> dict[str, Any]:
         return self.get(limit=limit, include=["embeddings", "documents", "metadatas"])
 
     def count(self) -> int:
-        return len(self.get(include=[])["ids"])
+        hidden = self._hidden_now()
+        if hidden is None:
+            return len(self.get(include=[])["ids"])
+        # the store's own count, less what it still holds that is hidden: flagged in the store, or suppressed
+        # in the lineage db and not yet removed by reclaim
+        invisible = set(self._call("get", where={SUPPRESSED: True}, include=[])["ids"])
+        if hidden:
+            invisible |= set(self._call("get", ids=sorted(hidden), include=[])["ids"])
+        return self._call("count") - len(invisible)
