@@ -2,8 +2,13 @@
 
 Qdrant point ids must be integers or UUIDs, so the wrapper gives each artifact the point id
 ``uuid5(NAMESPACE, artifact_id)`` and keeps the artifact id in the payload (``tombstone_id``).
-Every read path — ``query_points``/``search``, ``scroll``, ``retrieve``, ``count`` — merges a
-``must_not`` condition on the suppression flag into the caller's filter and post-filters results.
+Every read path — ``query_points``/``search``, ``scroll``, ``retrieve``, ``count`` — hides what an
+erasure has suppressed and not yet reclaimed. The set of those ids comes from the lineage db
+(``tombstone.capture.hidden``): with nothing suppressed a read is the client's own call, with no
+``must_not`` condition for the store to evaluate over the whole collection; while something is, searches ask
+for that many more points and drop the hidden ones, and every result is post-filtered on the in-store flag
+too. A paginated ``scroll`` or a ``count`` while something is hidden, and a wrapper without a lineage db,
+filter on the flag inside the store.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 import numpy as np
 from qdrant_client import models
 
-from tombstone.capture.hidden import suppressed_among
+from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT
@@ -66,6 +71,8 @@ class TombstoneQdrant:
         self.lineage, self.store, self.embedder = lineage, store, embedder
         self.path = adopt(client)
         self.lock_wait = lock_wait
+        self.hidden = HiddenIds(lineage, store) if lineage is not None else None
+        """Ids suppressed and not yet reclaimed (None: no lineage db, the in-store flag decides)."""
 
     @property
     def client(self) -> Any:
@@ -114,32 +121,58 @@ class TombstoneQdrant:
 
     # -- reads (every one hides suppressed points) --------------------------------------------
 
+    def _hidden_now(self) -> frozenset[str] | None:
+        return self.hidden.current() if self.hidden is not None else None
+
+    def _shown(self, points: Sequence[Any], hidden: frozenset[str] | None, limit: int | None = None) -> list[Any]:
+        out = [p for p in points if _visible(p.payload) and not (hidden and (p.payload or {}).get(ID_KEY) in hidden)]
+        return out if limit is None else out[:limit]
+
     def query_points(self, query=None, *, query_text: str | None = None, limit: int = 10,
                      query_filter: models.Filter | None = None, **kwargs) -> list[models.ScoredPoint]:
         if query_text is not None:
             query = embed(self.embedder, [query_text])[0].tolist()
-        kwargs.setdefault("with_payload", True)
-        result = self._run(lambda client: client.query_points(self.collection, query=query, limit=limit,
-                                                              query_filter=merge_filter(query_filter), **kwargs))
-        return [p for p in result.points if _visible(p.payload)]
+        kwargs["with_payload"] = True
+        hidden = self._hidden_now()
+        if hidden is None:
+            result = self._run(lambda client: client.query_points(
+                self.collection, query=query, limit=limit, query_filter=merge_filter(query_filter), **kwargs))
+            return self._shown(result.points, None)
+        result = self._run(lambda client: client.query_points(
+            self.collection, query=query, limit=limit + len(hidden), query_filter=query_filter, **kwargs))
+        return self._shown(result.points, hidden, limit)
 
     search = query_points
 
     def scroll(self, scroll_filter: models.Filter | None = None, limit: int = 10, offset=None, **kwargs):
-        kwargs.setdefault("with_payload", True)
+        kwargs["with_payload"] = True
+        hidden = self._hidden_now()
+        # pages stay exact only if the store skips hidden points itself: filter inside while any is hidden
+        flt = scroll_filter if hidden == frozenset() else merge_filter(scroll_filter)
         points, next_offset = self._run(lambda client: client.scroll(
-            self.collection, scroll_filter=merge_filter(scroll_filter), limit=limit, offset=offset, **kwargs))
-        return [p for p in points if _visible(p.payload)], next_offset
+            self.collection, scroll_filter=flt, limit=limit, offset=offset, **kwargs))
+        return self._shown(points, hidden), next_offset
 
     def retrieve(self, ids: Sequence[str], **kwargs) -> list[models.Record]:
         """Points by artifact id."""
         kwargs["with_payload"] = True
+        hidden = self._hidden_now()
+        ids = [i for i in ids if not (hidden and str(i) in hidden)]
+        if not ids:
+            return []
         points = self._run(lambda client: client.retrieve(self.collection, ids=[point_id(i) for i in ids], **kwargs))
-        return [p for p in points if _visible(p.payload)]
+        return self._shown(points, hidden)
 
     def count(self, count_filter: models.Filter | None = None) -> int:
-        return self._run(lambda client: client.count(self.collection, count_filter=merge_filter(count_filter),
-                                                     exact=True).count)
+        hidden = self._hidden_now()
+        flt = count_filter if hidden == frozenset() and not self._any_flagged() else merge_filter(count_filter)
+        return self._run(lambda client: client.count(self.collection, count_filter=flt, exact=True).count)
+
+    def _any_flagged(self) -> bool:
+        """Whether any point carries the in-store flag (one indexed-or-not lookup of a single point)."""
+        points, _ = self._run(lambda client: client.scroll(
+            self.collection, scroll_filter=models.Filter(must=[hidden()]), limit=1, with_payload=False))
+        return bool(points)
 
     def all_ids(self) -> list[str]:
         out, offset = [], None
