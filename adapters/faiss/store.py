@@ -18,6 +18,7 @@ commits a generation built from an older one.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import faiss
 import numpy as np
 
 from tombstone.faults import kill_point
-from tombstone.capture.hidden import suppressed_among
+from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import StoreUnavailableError
 from tombstone.fsutil import write_atomic as _write_atomic
@@ -59,6 +60,9 @@ class FaissStore:
     ) -> None:
         self.dir = Path(directory)
         self.lineage, self.store, self.embedder = lineage, store, embedder
+        self.hidden = HiddenIds(lineage, store) if lineage is not None else None
+        """Ids suppressed in the lineage db and not yet reclaimed: hidden like excluded labels."""
+        self._views: tuple[set[int], dict[int, str]] | None = None
         if create:
             self.dir.parent.mkdir(parents=True, exist_ok=True)
         self.lock = StoreLock(lock_file_for(self.dir), wait=lock_wait, store=store)
@@ -101,15 +105,24 @@ class FaissStore:
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
         self.generation, self.index, self.side = generation, index, side
+        self._views = None
 
     def refresh(self) -> None:
-        """Reload if another process (or the adapter) committed a newer generation. One writer at a time."""
+        """Reload if another process (or the adapter) committed a newer generation. One writer at a time.
+
+        CURRENT is replaced by a rename on every commit, so an unchanged (inode, mtime, size) means an
+        unchanged generation and costs one ``stat`` instead of reading and parsing the file."""
         try:
+            st = os.stat(self.dir / "CURRENT")
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp == getattr(self, "_current_stamp", None):
+                return
             current = json.loads((self.dir / "CURRENT").read_text())["generation"]
         except (OSError, ValueError, KeyError) as exc:
             raise StoreUnavailableError(f"cannot read {self.dir / 'CURRENT'}: {exc}", store=self.store) from exc
         if current != self.generation:
             self._load()
+        self._current_stamp = stamp
 
     def _index_file(self, generation: int) -> Path:
         return self.dir / f"index-{generation:06d}.faiss"
@@ -140,6 +153,8 @@ class FaissStore:
         except OSError as exc:
             raise StoreUnavailableError(f"cannot write FAISS store {self.dir}: {exc.strerror or exc}",
                                         store=self.store) from exc
+        self._views = None
+        self._current_stamp = None
         keep = {self.index_path.name, self.sidecar_path.name, "CURRENT"}
         for path in self.dir.iterdir():
             if path.is_file() and path.name not in keep:
@@ -184,21 +199,38 @@ class FaissStore:
 
     # -- reads (every one hides excluded records) ---------------------------------------------
 
-    def _excluded(self) -> set[int]:
-        return set(self.side["excluded"])
+    def _cached(self) -> tuple[set[int], dict[int, str]]:
+        """The excluded labels and label → id, built once per loaded or committed generation."""
+        if getattr(self, "_views", None) is None:
+            self._views = (set(self.side["excluded"]), {label: i for i, label in self.side["labels"].items()})
+        return self._views
 
-    def _visible_id(self, artifact_id: str) -> bool:
+    def _excluded(self) -> set[int]:
+        return set(self._cached()[0])
+
+    def _hidden_labels(self) -> set[int]:
+        """Labels the store excludes, plus those of ids an erasure has suppressed in the lineage db and not
+        yet reclaimed (hidden from the moment the suppression is recorded, before the store is touched)."""
+        excluded = self._cached()[0]
+        hidden = self.hidden.current() if self.hidden is not None else frozenset()
+        if not hidden:
+            return excluded
+        labels = self.side["labels"]
+        return excluded | {labels[i] for i in hidden if i in labels}
+
+    def _visible_id(self, artifact_id: str, hidden: set[int] | None = None) -> bool:
         label = self.side["labels"].get(artifact_id)
-        return label is not None and label not in self._excluded()
+        return label is not None and label not in (self._hidden_labels() if hidden is None else hidden)
 
     def get(self, ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None) -> dict[str, dict]:
         """Records by id and/or metadata equality, excluded ones hidden: ``{id: {"document", "metadata"}}``."""
         self.refresh()
         candidates = list(ids) if ids is not None else list(self.side["records"])
+        hidden = self._hidden_labels()
         out = {}
         for i in candidates:
             rec = self.side["records"].get(i)
-            if rec is None or not self._visible_id(i):
+            if rec is None or not self._visible_id(i, hidden):
                 continue
             if where and any(rec["metadata"].get(k) != v for k, v in where.items()):
                 continue
@@ -209,7 +241,7 @@ class FaissStore:
         return len(self.get())
 
     def _id_of(self) -> dict[int, str]:
-        return {label: i for i, label in self.side["labels"].items()}
+        return self._cached()[1]
 
     def raw_search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The index's own search: no exclusion, labels as stored."""
@@ -226,12 +258,17 @@ class FaissStore:
             query_embeddings = embed(self.embedder, list(query_texts))
         queries = np.ascontiguousarray(np.asarray(query_embeddings, dtype=np.float32).reshape(-1, self.index.d))
         total = self.index.ntotal
-        excluded = self._excluded()
+        excluded = self._hidden_labels()
+        id_of = self._id_of()
+        if not excluded and not where and total:
+            # Nothing hidden, no filter: the index's own search, all queries at once.
+            dist, labels = self.index.search(queries, min(k, total))
+            return [[(id_of[label], float(d)) for d, label in zip(drow, lrow) if label >= 0 and label in id_of]
+                    for drow, lrow in zip(dist.tolist(), labels.tolist())]
         params = None
         if excluded:
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(excluded, dtype=np.int64)))
             params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.hnsw.hnsw.efSearch, k))
-        id_of = self._id_of()
         results = []
         for q in queries:
             fetch = min(total, max(k, 1) * 2)
