@@ -80,6 +80,14 @@ def _filter_nested(result: dict[str, Any], strip_metadata: bool) -> dict[str, An
     return out
 
 
+_ROW_KEYS = ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data")
+
+
+def _empty(include: list[str]) -> dict[str, Any]:
+    """A get result with no rows, shaped as Chroma's."""
+    return {"ids": [], **{key: [] if key in include else None for key in _ROW_KEYS[1:]}, "included": include}
+
+
 def _drop_flat(result: dict[str, Any], hidden: frozenset[str]) -> dict[str, Any]:
     keep = keep_positions(result["ids"], hidden)
     if len(keep) == len(result["ids"]):
@@ -273,19 +281,30 @@ class TombstoneCollection:
         include = list(include) if include is not None else list(_GET_INCLUDE)
         hidden = self._hidden_now()
         paginated = ids is None and (limit is not None or offset)
-        if hidden is None or (hidden and paginated):
-            # Without a lineage db, or paginating while something is hidden: the flag filter keeps pages exact.
+        if hidden is None:  # no lineage db: the in-store flag is all there is
             result = self._call("get", ids=ids, where=merge_where(where), limit=limit, offset=offset,
                                 where_document=where_document, include=sorted(set(include) | {"metadatas"}),
                                 **kwargs)
-            result = _filter_flat(result, "metadatas" not in include)
-            return _drop_flat(result, hidden) if hidden else result
+            return _filter_flat(result, "metadatas" not in include)
+        if hidden and paginated:
+            # Pages must count visible records only: list the matching ids (no content), drop the hidden and
+            # flagged ones, cut the page, then read it. Only while something is hidden.
+            listing = self._call("get", where=where, where_document=where_document, include=["metadatas"], **kwargs)
+            visible = [i for i, m in zip(listing["ids"], listing["metadatas"]) if i not in hidden and _visible(m)]
+            start = offset or 0
+            ids = visible[start: start + limit if limit is not None else None]
+            if not ids:
+                return _empty(include)
+            page = self._call("get", ids=ids, include=sorted(set(include) | {"metadatas"}), **kwargs)
+            order = {i: n for n, i in enumerate(ids)}
+            keep = sorted(range(len(page["ids"])), key=lambda n: order[page["ids"][n]])
+            page = {key: (_keep(value, keep) if key in _ROW_KEYS and value is not None else value)
+                    for key, value in page.items()}
+            return _filter_flat(page, "metadatas" not in include)
         if hidden and ids is not None:
             ids = [i for i in ([ids] if isinstance(ids, str) else ids) if str(i) not in hidden]
             if not ids:  # every id asked for is hidden
-                return {"ids": [], **{key: [] if key in include else None
-                                      for key in ("embeddings", "documents", "metadatas", "uris", "data")},
-                        "included": include}
+                return _empty(include)
         result = self._call("get", ids=ids, where=where, limit=limit, offset=offset, where_document=where_document,
                             include=sorted(set(include) | {"metadatas"}), **kwargs)
         return _filter_flat(_drop_flat(result, hidden) if hidden else result, "metadatas" not in include)

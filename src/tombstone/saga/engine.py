@@ -1,4 +1,4 @@
-"""The erasure saga: suppress → reclaim → verify → receipt, each step journaled.
+"""The erasure saga: snapshot → suppress → reclaim → verify → receipt, each step journaled.
 
 Every step is keyed (step, store) in the journal, written ``begin`` before it acts and ``end`` with its
 result after. A step whose ``end`` is journaled is never run again; one that began but did not end is run
@@ -40,13 +40,13 @@ from tombstone.receipt.signing import RECEIPT_KIND, SOURCE_RECEIPT_KIND
 from tombstone.receipt.files import numbered, receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
-from tombstone.verify import runner
+from tombstone.verify import runner, semantic
 from tombstone.verify.levels import Level, StatusKind, decide
 
-STEPS = ("suppress", "reclaim", "verify", "receipt")
+STEPS = ("snapshot", "suppress", "reclaim", "verify", "receipt")
 NOTHING_RECORDED = ("the lineage db records no artifact for this subject, so nothing was erased; stores written"
                     " outside Tombstone's wrappers are not covered by this receipt")
-STORE_STEPS = ("suppress", "reclaim", "verify")
+STORE_STEPS = ("snapshot", "suppress", "reclaim", "verify")
 
 
 def _context(owner: Any) -> SagaContext:
@@ -290,6 +290,22 @@ class Saga:
 
     # -- steps (each acts on one store, for every artifact of every saga in the batch) -----------
 
+    def _snapshot(self, store: str, arts: list[ArtifactRecord], owners: dict[str, str]) -> dict[str, Any]:
+        """Before anything is hidden: the semantic level's snapshot of each artifact's neighbourhood
+        (``verify.semantic.snapshot``), kept in the lineage db until the receipt is sealed. Skipped where the
+        level is not enabled or the store declares no semantic probe."""
+        if store == THIRD_PARTY_STORE:
+            return {"skipped": "copies held by third parties have no neighbourhood to measure"}
+        if Level.SEMANTIC not in self.ctx.levels:
+            return {"skipped": "the semantic level is not enabled in this deployment's configuration"}
+        try:
+            adapter = self.ctx.adapter(store)
+        except (AdapterNotFoundError, ConfigError) as exc:
+            return {"skipped": str(exc)}
+        if not adapter.has(Capability.SEMANTIC_PROBE):
+            return {"skipped": f"{adapter.backend} declares no semantic probe"}
+        return semantic.snapshot(adapter, arts, self.lineage, owners)
+
     def _suppress(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
         if store == THIRD_PARTY_STORE:
             return {"evidence": {"mechanism": "none: the copy is outside every store; a person must follow it up"}}
@@ -333,6 +349,7 @@ class Saga:
                                                    lambda: self._locked(store, lambda _: action())),
                 probe_vectors=self.lineage.probe_vectors,
                 live_sharing_content=self.lineage.live_sharing_content,
+                semantic_snapshots=self.lineage.semantic_snapshots,
                 enabled=self.ctx.levels,
             )
             try:
@@ -581,12 +598,24 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
         def previous(pending: list[Saga], step: str, store: str) -> dict[str, Any]:
             return pending[0].lineage.step_result(pending[0].saga_id, step, store) or {}
 
+        def snapshot(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
+            def act(pending: list[Saga]) -> dict[str, Any]:
+                owners = {a.artifact_id: s.saga_id for s in pending for a in plans[s.saga_id][store]}
+                result = lead._snapshot(store, arts_of(pending, store), owners)
+                if "artifacts" not in result:
+                    return {s.saga_id: result for s in pending}
+                return {s.saga_id: {**result, "artifacts": {a.artifact_id: result["artifacts"][a.artifact_id]
+                                                            for a in plans[s.saga_id][store]}} for s in pending}
+            return act
+
         def suppress(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
             def act(pending: list[Saga]) -> dict[str, Any]:
                 # Each saga's durable suppression record comes first: nothing may receive a status without
                 # one, and a crash between the record and the store's hide is repaired by running this again.
                 for s in pending:
                     s.lineage.record_suppressions(s.saga_id, plans[s.saga_id][store])
+                # From here every wrapper of the deployment hides the records, before the store is touched.
+                kill_point(f"saga:suppress:{store}:recorded")
                 result = lead._suppress(store, arts_of(pending, store))
                 return {s.saga_id: result for s in pending}
             return act
@@ -606,7 +635,7 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
                                                   for a in plans[s.saga_id][store]}} for s in pending}
             return act
 
-        for step, make in (("suppress", suppress), ("reclaim", reclaim), ("verify", verify)):
+        for step, make in (("snapshot", snapshot), ("suppress", suppress), ("reclaim", reclaim), ("verify", verify)):
             for store in stores:
                 run_step([s for s in sagas if store in plans[s.saga_id]], step, store, make(store))
                 done += 1
