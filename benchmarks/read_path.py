@@ -1,0 +1,170 @@
+"""Read path: query latency of the raw store vs Tombstone's wrapper, with nothing and with 100 suppressed.
+
+Per backend (Chroma, FAISS, Qdrant local mode, pgvector on the embedded PostgreSQL) and size (2k, 20k and
+100k records of dim 384 unit vectors, loaded with the store's own client), 100 nearest-neighbour queries
+(k = 10) and 100 gets of 10 ids, each query timed on its own, raw and wrapped calls alternating; p50 and
+p95 per kind. The wrapper has a lineage db (the deployment's) with nothing suppressed, then with 100 of the
+store's ids suppressed in it (the state between an erasure's suppression and its reclaim). FAISS's "raw" is
+the index's own search (FAISS has no other client).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tombstone import ArtifactRecord, Tombstone, init_deployment
+
+HEADINGS = ("Read path: raw store vs wrapper, nothing and 100 suppressed",)
+SIZES = tuple(int(n) for n in os.environ.get("TOMBSTONE_BENCH_READ_SIZES", "2000,20000,100000").split(","))
+DIM = 384
+QUERIES = 100
+K = 10
+HIDDEN = 100
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def _alternate(raw, wrapped, args) -> dict[str, tuple[float, float]]:
+    times = {"raw": [], "wrapper": []}
+    for arg in args:
+        for name, fn in (("raw", raw), ("wrapper", wrapped)):
+            start = time.perf_counter()
+            fn(arg)
+            times[name].append(time.perf_counter() - start)
+    return {name: _percentiles(t) for name, t in times.items()}
+
+
+def _chroma(root: Path, ids, vectors, tomb):
+    import chromadb
+
+    from tombstone_adapters.chroma import TombstoneCollection
+
+    col = chromadb.PersistentClient(path=str(root / "stores" / "s")).get_or_create_collection(
+        "bench", metadata={"hnsw:space": "cosine"}, embedding_function=None)
+    for start in range(0, len(ids), 5000):
+        col.add(ids=ids[start:start + 5000], embeddings=vectors[start:start + 5000],
+                documents=[f"document {i}" for i in ids[start:start + 5000]],
+                metadatas=[{"n": n} for n in range(start, min(start + 5000, len(ids)))])
+    view = TombstoneCollection(col, lineage=tomb.lineage, store="s")
+    include = ["metadatas", "documents", "distances"]
+    return (lambda q: col.query(query_embeddings=[q], n_results=K, include=include),
+            lambda q: view.query(query_embeddings=[q], n_results=K, include=include),
+            lambda some: col.get(ids=some, include=["metadatas", "documents"]),
+            lambda some: view.get(ids=some, include=["metadatas", "documents"]))
+
+
+def _faiss(root: Path, ids, vectors, tomb):
+    from tombstone_adapters.faiss import FaissStore
+
+    raw_store = FaissStore(root / "stores" / "s", dim=DIM)
+    for start in range(0, len(ids), 20000):
+        raw_store._add(ids[start:start + 20000], vectors[start:start + 20000], None, None)
+    view = FaissStore(root / "stores" / "s", lineage=tomb.lineage, store="s", create=False)
+    index = raw_store.index
+    return (lambda q: index.search(q[None, :], K),
+            lambda q: view.search(query_embeddings=[q], k=K),
+            lambda some: [raw_store.side["records"][i] for i in some],
+            lambda some: view.get(ids=some))
+
+
+def _qdrant(root: Path, ids, vectors, tomb):
+    from qdrant_client import models
+
+    from tombstone_adapters.qdrant import TombstoneQdrant, local_client, point_id
+
+    client = local_client(str(root / "stores" / "s"))
+    client.create_collection("bench", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    for start in range(0, len(ids), 5000):
+        client.upsert("bench", [models.PointStruct(id=point_id(i), vector=v.tolist(),
+                                                   payload={"tombstone_id": i, "document": f"document {i}"})
+                                for i, v in zip(ids[start:start + 5000], vectors[start:start + 5000])])
+    view = TombstoneQdrant(client, "bench", lineage=tomb.lineage, store="s")
+    return (lambda q: client.query_points("bench", query=q.tolist(), limit=K, with_payload=True),
+            lambda q: view.query_points(q.tolist(), limit=K),
+            lambda some: client.retrieve("bench", ids=[point_id(i) for i in some], with_payload=True),
+            lambda some: view.retrieve(some))
+
+
+def _pgvector(root: Path, ids, vectors, tomb):
+    import psycopg
+
+    from tombstone_adapters.pgvector import PgVectorStore, embedded_dsn
+
+    conn = psycopg.connect(embedded_dsn(root / "pgdata"), autocommit=True)
+    store = PgVectorStore(conn, "bench", dim=DIM, store="s")
+    with conn.cursor() as cur:
+        for start in range(0, len(ids), 5000):
+            cur.executemany(f"INSERT INTO bench (id, document, metadata, embedding) VALUES (%s, %s, '{{}}', %s)",
+                            [(i, f"document {i}", "[" + ",".join(f"{x:.6f}" for x in v) + "]")
+                             for i, v in zip(ids[start:start + 5000], vectors[start:start + 5000])])
+    view = PgVectorStore(conn, "bench", lineage=tomb.lineage, store="s", create=False)
+    return (lambda q: store.search(query_embeddings=[q], k=K, raw=True),
+            lambda q: view.search(query_embeddings=[q], k=K),
+            lambda some: store.get(ids=some, raw=True),
+            lambda some: view.get(ids=some))
+
+
+BACKENDS = {"chroma": _chroma, "faiss": _faiss, "qdrant": _qdrant, "pgvector": _pgvector}
+
+
+def run(tmp: Path) -> dict:
+    out: dict = {}
+    queries = _vectors(QUERIES, 99)
+    for backend, build in BACKENDS.items():
+        for size in SIZES:
+            root = tmp / f"{backend}-{size}"
+            config = init_deployment(root, {"s": {"backend": backend, "path": "stores/s"}})
+            ids = [f"rec-{n:07d}" for n in range(size)]
+            vectors = _vectors(size, size)
+            rng = np.random.default_rng(7)
+            batches = [[ids[j] for j in rng.choice(size, 10, replace=False)] for _ in range(QUERIES)]
+            with Tombstone(config) as tomb:
+                raw_q, wrap_q, raw_g, wrap_g = build(root, ids, vectors, tomb)
+                for fn in (raw_q, wrap_q):
+                    fn(queries[0])  # warm up
+                row = {"nothing": {"query": _alternate(raw_q, wrap_q, queries), "get": _alternate(raw_g, wrap_g, batches)}}
+                # 100 of the records nearest the first queries are suppressed (recorded, not yet reclaimed)
+                hidden = [ids[j] for j in rng.choice(size, HIDDEN, replace=False)]
+                tomb.lineage.record_suppressions("bench", [ArtifactRecord("s", i, backend, "vector") for i in hidden])
+                row["100 suppressed"] = {"query": _alternate(raw_q, wrap_q, queries),
+                                         "get": _alternate(raw_g, wrap_g, batches)}
+                out.setdefault(backend, {})[size] = row
+            if backend == "qdrant":
+                from tombstone_adapters.qdrant import close_local_clients
+
+                close_local_clients()
+    return out
+
+
+def section(result: dict) -> str:
+    lines = [f"## {HEADINGS[0]}", "",
+             f"{QUERIES} queries (k = {K}) and {QUERIES} gets of 10 ids per cell, each call timed on its own, raw and"
+             " wrapped calls alternating; p50 / p95 in milliseconds, and the wrapper's p50 as a multiple of the"
+             " raw p50. \"100 suppressed\": 100 of the store's ids suppressed in the lineage db and not yet"
+             " reclaimed. Records loaded with the store's own client; dim 384.", "",
+             "| backend | records | suppressed | query raw p50 / p95 | query wrapper p50 / p95 | query × |"
+             " get raw p50 | get wrapper p50 | get × |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for backend, sizes in result.items():
+        for size, row in sizes.items():
+            for state, cell in row.items():
+                q, g = cell["query"], cell["get"]
+                lines.append(
+                    f"| {backend} | {int(size):,} | {state} | {q['raw'][0] * 1e3:.2f} / {q['raw'][1] * 1e3:.2f}"
+                    f" | {q['wrapper'][0] * 1e3:.2f} / {q['wrapper'][1] * 1e3:.2f} | {q['wrapper'][0] / q['raw'][0]:.2f}"
+                    f" | {g['raw'][0] * 1e3:.2f} | {g['wrapper'][0] * 1e3:.2f} | {g['wrapper'][0] / g['raw'][0]:.2f} |")
+    return "\n".join(lines)
