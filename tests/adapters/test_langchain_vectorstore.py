@@ -45,8 +45,10 @@ def test_a_suppressed_record_never_comes_back_on_any_read_path(backend, tmp_path
         assert [d.id for d in store.similarity_search(query, k=3, filter={"subject": "bob"})] == ["bob-chunk-0001"]
         assert store.get_by_ids(["alice-chunk-0001"])[0].metadata == {"subject": "alice", "n": 1}
 
-        # The erasure's first step, alone (as if it were interrupted right after it): hidden, not yet gone.
+        # The erasure's first step, alone (as if it were interrupted right after it): the durable suppression
+        # record, then the store's hide. Hidden, not yet gone.
         art = tomb.lineage.artifact("chunks", "alice-chunk-0001")
+        tomb.lineage.record_suppressions("an-interrupted-saga", [art])
         tomb.adapter("chunks").suppress([art])
 
         vector = store.embeddings.embed_query(query)

@@ -9,8 +9,28 @@ evaluate a metadata filter over the whole collection on every query.
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from collections.abc import Sequence
 from typing import Any
+
+_threads = threading.local()
+
+
+def _this_threads(lineage: Any) -> Any:
+    """A connection of the current thread's own to the same SQLite lineage db, opened once per thread.
+
+    A SQLite connection belongs to the thread that opened it, and apps read from others: LangChain runs a
+    chain's retriever in a worker thread, a web server serves requests from a pool."""
+    opened = getattr(_threads, "dbs", None)
+    if opened is None:
+        opened = _threads.dbs = {}
+    db = opened.get(id(lineage))
+    if db is None or db[0] is not lineage:
+        from tombstone.lineage.db import LineageDB
+
+        db = opened[id(lineage)] = (lineage, LineageDB(lineage.path, lineage.secret, clock=lineage.clock))
+    return db[1]
 
 
 class HiddenIds:
@@ -23,9 +43,16 @@ class HiddenIds:
         self._ids: frozenset[str] = frozenset()
 
     def current(self) -> frozenset[str]:
-        generation = self.lineage.suppression_generation(self.store)
+        lineage = self.lineage
+        try:
+            generation = lineage.suppression_generation(self.store)
+        except sqlite3.ProgrammingError:
+            if getattr(lineage, "path", None) is None:
+                raise
+            lineage = _this_threads(lineage)  # read from another thread than the one that opened the db
+            generation = lineage.suppression_generation(self.store)
         if generation != self._generation:
-            self._ids = frozenset(self.lineage.hidden_ids(self.store))
+            self._ids = frozenset(lineage.hidden_ids(self.store))
             self._generation = generation
         return self._ids
 
