@@ -5,6 +5,10 @@ retrieved chunks, so the app says it around the call::
 
     with attribution(subject="alice", sources=[("chunks", "alice-chunk-0001")]):
         answer = llm.invoke(prompt)      # the cache records lineage for what it stores here
+
+Retrievers of ``tombstone_adapters.langchain`` add what they return to the attribution in force
+(:func:`add_sources`), so a chain run inside ``attribution("alice")`` records its cached answer as built
+from the chunks it retrieved.
 """
 
 from __future__ import annotations
