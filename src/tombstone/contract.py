@@ -125,6 +125,9 @@ class Adapter(abc.ABC):
         self.options = dict(options)
         self.read_only = bool(self.options.get(READ_ONLY, False))
         """Opened by :meth:`open_read_only`: nothing may change the store."""
+        self.content_key: Callable[[str], str] | None = None
+        """Turns a SHA-256 hex digest of content into the keyed form the lineage db records
+        (``ArtifactRecord.content_hash``); set by the deployment, None for an independent verifier."""
 
     @classmethod
     def open_read_only(cls, store: str, options: Mapping[str, Any]) -> "Adapter":
@@ -141,9 +144,6 @@ class Adapter(abc.ABC):
         (``"the API key in $PINECONE_API_KEY to https://..."``); None when it sends none (local files, an
         embedded server). The auditor probes such a store only when told to trust the configuration."""
         return None
-        self.content_key: Callable[[str], str] | None = None
-        """Turns a SHA-256 hex digest of content into the keyed form the lineage db records
-        (``ArtifactRecord.content_hash``); set by the deployment, None for an independent verifier."""
 
     # -- errors -------------------------------------------------------------------------------
 

@@ -275,3 +275,25 @@ def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(pt
     assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
     write(ptomb, admin, "alice", 1)
     assert [r["id"] for r in app(ptomb, admin).get(ids=[ids[0]])] == [ids[0]]
+
+
+def test_read_only_the_session_refuses_writes_and_no_checkpoint_is_run(ptomb, admin, monkeypatch):
+    from tombstone.errors import AdapterError
+    from tombstone_adapters.pgvector.adapter import PgVectorAdapter
+
+    mine = write(ptomb, admin, "alice", 2)
+    ptomb.erase("alice")
+    arts = [ptomb.lineage.artifact("pg", i) for i in mine]
+    adapter = PgVectorAdapter.open_read_only("pg", ptomb.config.stores["pg"].options)
+    try:
+        assert adapter.conn.execute("SHOW default_transaction_read_only").fetchone()[0] == "on"
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            adapter.conn.execute(f"DELETE FROM {table_of(ptomb)}")
+        with pytest.raises(AdapterError, match="opened read-only"):
+            adapter.reclaim(arts)
+        monkeypatch.setattr(adapter, "_checkpoint", lambda: pytest.fail("CHECKPOINT run by a read-only adapter"))
+        results = adapter.probe_physical(arts)
+        assert all(r.passed for r in results.values())
+        assert all(r.evidence["checkpoint"].startswith("not run: read-only") for r in results.values())
+    finally:
+        adapter.close()
