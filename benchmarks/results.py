@@ -20,6 +20,7 @@ import docstore_residue
 import pgvector_residue
 import read_path
 import scan_rate
+import semantic
 import vector_stores
 import workers
 from common import header
@@ -27,7 +28,7 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, pgvector_residue, crash_trials, batches, workers,
-    caches, dataset_shards, read_path,
+    caches, dataset_shards, read_path, semantic,
 )}
 
 

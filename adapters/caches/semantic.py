@@ -81,7 +81,7 @@ class SemanticCacheAdapter(SemanticCacheHooks, ChromaAdapter):
 
     backend = BACKEND
     capabilities = frozenset({Capability.IMMEDIATE_DELETE, Capability.RECLAIM, Capability.LOGICAL_PROBE,
-                              Capability.PHYSICAL_SCAN})
+                              Capability.PHYSICAL_SCAN, Capability.SEMANTIC_PROBE})
 
     def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         present = self._existing(self._ids(artifacts))

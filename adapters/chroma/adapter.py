@@ -23,6 +23,7 @@ from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, To
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.neighbourhood import Neighbours
 from tombstone.verify.scanner import check_regular
 
 from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection
@@ -75,8 +76,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
     a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
 
     backend = BACKEND
-    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
-    levels = (Level.LOGICAL, Level.PHYSICAL)
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
+                              Capability.SEMANTIC_PROBE})
+    levels = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC)
     read_only_supported = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
@@ -418,6 +420,33 @@ class ChromaAdapter(ChromaHooks, Adapter):
             return res["ids"], [e if e is not None else [] for e in res["embeddings"]]
 
         return search
+
+    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
+        """The raw collection's nearest records (suppressed ones included), over-fetched by ``len(exclude)``
+        and filtered."""
+        col = self.collection()
+        vectors = np.asarray(vectors, dtype=np.float32)
+        fetch = min(col.count(), k + len(exclude))
+        if fetch <= 0:
+            return [Neighbours([], [], np.zeros((0, vectors.shape[1]))) for _ in vectors]
+        out = []
+        for start in range(0, len(vectors), _PAGE):
+            res = col.query(query_embeddings=vectors[start : start + _PAGE], n_results=fetch,
+                            include=["embeddings", "distances"])
+            for ids, dists, embs in zip(res["ids"], res["distances"], res["embeddings"]):
+                keep = [i for i, aid in enumerate(ids) if aid not in exclude][:k]
+                out.append(Neighbours([ids[i] for i in keep], [float(dists[i]) for i in keep],
+                                      np.asarray(embs, dtype=np.float32)[keep]))
+        return out
+
+    def stored_vectors(self, ids) -> dict[str, np.ndarray]:
+        col = self.collection()
+        ids = list(ids)
+        out: dict[str, np.ndarray] = {}
+        for start in range(0, len(ids), _PAGE):
+            got = col.get(ids=ids[start : start + _PAGE], include=["embeddings"])
+            out.update({i: np.asarray(e, dtype=np.float32) for i, e in zip(got["ids"], got["embeddings"])})
+        return out
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         patterns = super().physical_patterns(artifact)

@@ -16,6 +16,7 @@ from tombstone.fsutil import Snapshot
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.neighbourhood import Neighbours
 
 from .store import BACKEND, FaissStore
 from .hooks import FaissHooks
@@ -25,8 +26,9 @@ class FaissAdapter(FaissHooks, Adapter):
     """Options: ``path`` (the store directory)."""
 
     backend = BACKEND
-    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
-    levels = (Level.LOGICAL, Level.PHYSICAL)
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
+                              Capability.SEMANTIC_PROBE})
+    levels = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC)
     read_only_supported = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
@@ -134,6 +136,30 @@ class FaissAdapter(FaissHooks, Adapter):
         if len(known) != len(ids):
             return np.zeros((0, self.faiss.index.d), dtype=np.float32)
         return self.faiss.vectors(known)
+
+    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
+        """The index's own search (the exclusion set not applied), over-fetched by ``len(exclude)``;
+        labels no id maps to any more are left out."""
+        store = self.faiss
+        store.refresh()
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, store.index.d)
+        fetch = min(store.index.ntotal, k + len(exclude))
+        if fetch <= 0:
+            return [Neighbours([], [], np.zeros((0, store.index.d))) for _ in vectors]
+        dist, labels = store.raw_search(vectors, fetch)
+        id_of = store._id_of()
+        out = []
+        for row_d, row_l in zip(dist.tolist(), labels.tolist()):
+            hits = [(id_of[label], d) for d, label in zip(row_d, row_l)
+                    if label >= 0 and label in id_of and id_of[label] not in exclude][:k]
+            ids = [aid for aid, _ in hits]
+            out.append(Neighbours(ids, [d for _, d in hits], store.vectors(ids)))
+        return out
+
+    def stored_vectors(self, ids) -> dict[str, np.ndarray]:
+        self.faiss.refresh()
+        known = [i for i in ids if i in self.faiss.side["labels"]]
+        return dict(zip(known, self.faiss.vectors(known)))
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         patterns = super().physical_patterns(artifact)

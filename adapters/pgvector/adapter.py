@@ -28,6 +28,7 @@ from tombstone.lineage.db import ArtifactRecord
 from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.neighbourhood import Neighbours
 
 from .server import connect, dsn_from
 from .store import BACKEND, TOMBSTONED, PgVectorStore, lock_table, unlock_table
@@ -42,8 +43,9 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
     ``id_column``, ``document_column``, ``metadata_column``, ``embedding_column``, ``distance``."""
 
     backend = BACKEND
-    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
-    levels = (Level.LOGICAL, Level.PHYSICAL)
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
+                              Capability.SEMANTIC_PROBE})
+    levels = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC)
 
     read_only_supported = True
     READ_ONLY_CHECKPOINT = ("not run: read-only (a row changed in the last moments may not be on disk yet;"
@@ -237,6 +239,22 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
                 evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)},
             )
         return results
+
+    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
+        """The table's nearest rows without the tombstone filter, over-fetched by ``len(exclude)``; a row
+        deleted between the search and the read of its vector drops out."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        out = []
+        for rows in self.pg.search(query_embeddings=vectors, k=k + len(exclude), raw=True):
+            rows = [r for r in rows if r["id"] not in exclude]
+            found = self.pg.vectors_by_id([r["id"] for r in rows])
+            rows = [r for r in rows if r["id"] in found][:k]
+            out.append(Neighbours([r["id"] for r in rows], [r["distance"] for r in rows],
+                                  np.asarray([found[r["id"]] for r in rows], dtype=np.float32).reshape(len(rows), -1)))
+        return out
+
+    def stored_vectors(self, ids) -> dict[str, np.ndarray]:
+        return self.pg.vectors_by_id(list(ids))
 
     def _relations(self) -> list[tuple[str, str]]:
         """(name, data-directory-relative path) of the heap, its TOAST table and index, and every index."""

@@ -23,6 +23,7 @@ from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavail
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.neighbourhood import Neighbours
 
 from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstonePinecone
 from . import settings
@@ -37,8 +38,9 @@ class PineconeAdapter(PineconeHooks, Adapter):
     ``poll_seconds`` (first poll interval, doubled up to 2 s)."""
 
     backend = BACKEND
-    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.MANAGED})
-    levels = (Level.LOGICAL,)
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.MANAGED,
+                              Capability.SEMANTIC_PROBE})
+    levels = (Level.LOGICAL, Level.SEMANTIC)
     read_only_supported = True  # its probes only fetch and query
 
     def __init__(self, store: str, options: Mapping[str, Any], *, sleep: Callable[[float], None] = time.sleep,
@@ -198,6 +200,19 @@ class PineconeAdapter(PineconeHooks, Adapter):
                                        evidence={"paths": sorted(paths), "returned_by": returned,
                                                  "probe_vectors": len(queries), "namespace": self.namespace})
         return results
+
+    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
+        """The index's nearest records in the store's namespace (no suppression filter), over-fetched by
+        ``len(exclude)``; the distances are Pinecone's scores as it returns them."""
+        out = []
+        for v in np.asarray(vectors, dtype=np.float32):
+            matches = [m for m in self._query(v, k + len(exclude), values=True) if m.id not in exclude][:k]
+            out.append(Neighbours([m.id for m in matches], [float(m.score) for m in matches],
+                                  np.asarray([m.values for m in matches], dtype=np.float32).reshape(len(matches), -1)))
+        return out
+
+    def stored_vectors(self, ids) -> dict[str, np.ndarray]:
+        return {i: np.asarray(v.values, dtype=np.float32) for i, v in self._fetch(list(ids)).items()}
 
     def unsupported_reason(self, level: Level) -> str | None:
         if level is Level.PHYSICAL:

@@ -24,6 +24,7 @@ from tombstone.lineage.db import ArtifactRecord
 from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.neighbourhood import Neighbours
 
 from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneQdrant, point_id
 from .hooks import QdrantHooks
@@ -44,8 +45,9 @@ class QdrantAdapter(QdrantHooks, Adapter):
     """Options: ``path`` (the local-mode directory) and ``collection``."""
 
     backend = BACKEND
-    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
-    levels = (Level.LOGICAL, Level.PHYSICAL)
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
+                              Capability.SEMANTIC_PROBE})
+    levels = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC)
     read_only_supported = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
@@ -237,6 +239,34 @@ class QdrantAdapter(QdrantHooks, Adapter):
             return ids, cands
 
         return search
+
+    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
+        """The raw collection's nearest points (flagged ones included), over-fetched by ``len(exclude)``;
+        distances from Qdrant's scores (1 - score for cosine, -score for dot product)."""
+        params = self.client.get_collection(self.name).config.params.vectors
+        metric = getattr(params, "distance", None)
+        to_distance = {models.Distance.COSINE: lambda x: 1.0 - x, models.Distance.DOT: lambda x: -x}.get(metric, float)
+        fetch = k + len(exclude)
+        out = []
+        for v in np.asarray(vectors, dtype=np.float32):
+            pts = self.client.query_points(self.name, query=v.tolist(), limit=max(1, fetch), with_payload=True,
+                                           with_vectors=True).points
+            hits = [((p.payload or {}).get(ID_KEY) or str(p.id), p) for p in pts]
+            hits = [(aid, p) for aid, p in hits if aid not in exclude][:k]
+            out.append(Neighbours([aid for aid, _ in hits], [float(to_distance(p.score)) for _, p in hits],
+                                  np.asarray([p.vector for _, p in hits], dtype=np.float32).reshape(len(hits), -1)))
+        return out
+
+    def stored_vectors(self, ids) -> dict[str, np.ndarray]:
+        ids = list(ids)
+        out: dict[str, np.ndarray] = {}
+        for start in range(0, len(ids), _PAGE):
+            for p in self.client.retrieve(self.name, ids=[point_id(i) for i in ids[start : start + _PAGE]],
+                                          with_payload=True, with_vectors=True):
+                aid = (p.payload or {}).get(ID_KEY)
+                if aid is not None:
+                    out[aid] = np.asarray(p.vector, dtype=np.float32)
+        return out
 
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         view = self.view()

@@ -20,15 +20,16 @@ from tombstone.saga import RetryPolicy, Saga, SagaContext, run_batch
 
 
 def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None = None, *,
-                    lineage_dsn: str | None = None) -> Config:
+                    lineage_dsn: str | None = None, levels: Any = None) -> Config:
     """Create ``root/tombstone.toml`` (unless present), the keys and the lineage db. Idempotent.
 
-    With ``lineage_dsn`` the lineage db is that PostgreSQL database (for several workers)."""
+    With ``lineage_dsn`` the lineage db is that PostgreSQL database (for several workers); ``levels`` (level
+    names) goes into a new config (the default leaves the semantic level out)."""
     root = Path(root)
     config_path = root / CONFIG_NAME
     created = not config_path.exists()
     if created:
-        write_config(config_path, stores, lineage_dsn=lineage_dsn)
+        write_config(config_path, stores, lineage_dsn=lineage_dsn, levels=levels)
     try:
         config = load_config(config_path)
         if not (config.keys_dir / LINEAGE_SECRET).exists() and LineageDB.exists(config.lineage_target):

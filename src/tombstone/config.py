@@ -10,7 +10,7 @@ can be moved or copied as a whole (the crash-resume tests rely on that).
     keys_dir = "keys"
     receipts_dir = "receipts"
     # lineage_dsn = "postgresql://tombstone@db.internal/tombstone"   # several workers: see below
-    # levels = ["logical", "physical", "semantic", "model"]           # the default: every level
+    # levels = ["logical", "physical", "semantic", "model"]           # enables the semantic level too
     # auditor_keys = ["keys/auditor-acme.pub"]                        # content patterns sealed to these
 
     [stores.docs]
@@ -26,7 +26,9 @@ erased artifacts' content patterns (fingerprints) to them, so those auditors can
 well as by id. Without any, receipts carry no content pattern at all and audits are by id.
 
 ``levels`` lists the verification levels the saga runs; a level left out shows on every receipt as not
-run, with that reason. The logical level cannot be left out (nothing is VERIFIED without it).
+run, with that reason. The logical level cannot be left out (nothing is VERIFIED without it). The default
+is ``["logical", "physical", "model"]``: the semantic level (a measurement of the erased artifacts'
+neighbourhoods, see verification-levels.md) is opt-in.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ import tomli_w
 from tombstone.errors import ConfigError
 from tombstone.verify.levels import Level
 
+DEFAULT_LEVELS = frozenset({Level.LOGICAL, Level.PHYSICAL, Level.MODEL})
+"""The levels a deployment runs unless ``levels`` says otherwise: every level but the semantic one."""
 CONFIG_NAME = "tombstone.toml"
 ENV_VAR = "TOMBSTONE_CONFIG"
 _STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -82,8 +86,8 @@ class Config:
     """Configured stores by name."""
     lineage_dsn: str | None = None
     """A ``postgresql://`` DSN: the lineage db (journal, queue) lives there instead of ``lineage_db``."""
-    levels: frozenset[Level] = frozenset(Level)
-    """The verification levels the saga runs (every level by default)."""
+    levels: frozenset[Level] = DEFAULT_LEVELS
+    """The verification levels the saga runs (``DEFAULT_LEVELS`` unless configured)."""
     auditor_keys: tuple[Path, ...] = ()
     """Auditors' public keys; receipts seal content patterns to each (``tombstone.receipt.sealing``)."""
 
@@ -146,7 +150,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     dsn = section.get("lineage_dsn")
     if dsn is not None and not (isinstance(dsn, str) and dsn.startswith(("postgresql://", "postgres://"))):
         raise ConfigError(f"{path}: tombstone.lineage_dsn must be a postgresql:// DSN")
-    levels = section.get("levels", [lv.value for lv in Level])
+    levels = section.get("levels", [lv.value for lv in Level if lv in DEFAULT_LEVELS])
     known = [lv.value for lv in Level]
     if not (isinstance(levels, list) and all(isinstance(lv, str) for lv in levels)):
         raise ConfigError(f"{path}: tombstone.levels must be a list of level names ({', '.join(known)})")
@@ -171,11 +175,15 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 def write_config(path: Path, stores: dict[str, dict[str, Any]] | None = None, *,
-                 lineage_dsn: str | None = None) -> None:
-    """Write a config file with default locations and the given stores (paths kept relative)."""
+                 lineage_dsn: str | None = None, levels: Any = None) -> None:
+    """Write a config file with default locations and the given stores (paths kept relative); ``levels``
+    (level names or ``Level``s) is written only when given."""
     section: dict[str, Any] = {"lineage_db": "lineage.db", "keys_dir": "keys", "receipts_dir": "receipts"}
     if lineage_dsn:
         section["lineage_dsn"] = lineage_dsn
+    if levels is not None:
+        names = {Level(lv).value for lv in levels}
+        section["levels"] = [lv.value for lv in Level if lv.value in names]
     data: dict[str, Any] = {"tombstone": section, "stores": stores or {}}
     from tombstone.fsutil import write_atomic
 

@@ -37,6 +37,7 @@ from tombstone.lineage.records import ArtifactRecord
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 from tombstone.verify import physical
 from tombstone.verify.levels import Level
+from tombstone.verify.neighbourhood import Neighbours
 from tombstone.verify.physical import ExtraFinding
 from tombstone.verify.result import NotRun, ProbeResult
 
@@ -47,7 +48,7 @@ ENTRY_POINT_GROUP = "tombstone.adapters"
 DISTRIBUTION = "tombstone-rag"
 # The operations whose vendor exceptions the base class maps to StoreUnavailableError at one point.
 MAPPED_OPERATIONS = ("__init__", "suppress", "reclaim", "probe_logical", "probe_physical", "native_delete",
-                     "physical_files", "physical_extra")
+                     "physical_files", "physical_extra", "semantic_neighbours", "stored_vectors")
 WRITING_OPERATIONS = ("suppress", "reclaim", "native_delete")
 """The operations a read-only adapter refuses."""
 READ_ONLY = "read_only"
@@ -234,6 +235,18 @@ class Adapter(abc.ABC):
         return physical.probe(self, artifacts)
 
     probe_physical = _mapped(probe_physical)
+
+    # -- the semantic probe (tombstone.verify.semantic) ---------------------------------------
+
+    def semantic_neighbours(self, vectors: Any, k: int, exclude: frozenset[str] = frozenset()) -> list[Neighbours]:
+        """For each query vector (rows of ``vectors``), its ``k`` nearest records in the raw store (no
+        suppression filter), those in ``exclude`` left out: ids in rank order, the store's own distances
+        and the stored vectors. Needed by adapters that declare ``Capability.SEMANTIC_PROBE``."""
+        raise NotImplementedError(f"the {self.backend} adapter has no semantic probe")
+
+    def stored_vectors(self, ids: Sequence[str]) -> dict[str, Any]:
+        """The stored vector of each id the raw store holds (ids it does not hold are left out)."""
+        raise NotImplementedError(f"the {self.backend} adapter has no semantic probe")
 
     def close(self) -> None:
         """Release connections and handles."""

@@ -54,6 +54,7 @@ def test_rule_order_is_the_specs():
         "duplicate_content",
         "model_residual",
         "semantic_residual",
+        "semantic_not_testable",
         "logical_not_run",
         "verified",
     ]
@@ -83,6 +84,8 @@ def test_not_suppressed_raises():
         ({"duplicate_content": "1 survivor"}, StatusKind.UNVERIFIED, None, "duplicate content: 1 survivor"),
         ({"model_residual": "MIA auc 0.71"}, StatusKind.RESIDUAL, Level.MODEL, "MIA auc 0.71"),
         ({"semantic_residual": "drift 0.3"}, StatusKind.RESIDUAL, Level.SEMANTIC, "drift 0.3"),
+        ({"semantic_not_testable": "in its own Top-5 for 1 of 5"}, StatusKind.UNVERIFIED, None,
+         "semantic: not testable, in its own Top-5 for 1 of 5"),
         ({"logical_passed": None}, StatusKind.UNVERIFIED, None, "logical probe did not run"),
         ({}, StatusKind.VERIFIED, Level.PHYSICAL, None),
         ({"model_passed": True}, StatusKind.VERIFIED, Level.MODEL, None),
@@ -109,6 +112,15 @@ def test_actions_say_what_is_left_to_do():
     assert decide(replace(CLEAN, third_party="acme")).action
     assert decide(replace(CLEAN, lineage_gap="source missing")).action
     assert decide(replace(CLEAN, no_adapter="chroma")).action
+    assert decide(replace(CLEAN, semantic_not_testable="too few probes")).action is None  # nothing to fix
+    assert decide(replace(CLEAN, semantic_residual="drift")).action
+
+
+def test_semantic_not_testable_sits_next_to_semantic_residual():
+    """A measured echo outranks a level that could not measure; a physical finding outranks both."""
+    assert decide(replace(CLEAN, semantic_not_testable="x", semantic_residual="drift")).rule == "semantic_residual"
+    assert decide(replace(CLEAN, semantic_not_testable="x", physical_passed=False)).rule == "physical_fail"
+    assert decide(replace(CLEAN, semantic_not_testable="x", logical_passed=None)).rule == "semantic_not_testable"
 
 
 def test_physical_unsupported_is_never_verified_by_omission():
@@ -151,6 +163,7 @@ _findings = st.builds(
     model_residual=st.one_of(st.none(), st.just("r")),
     semantic_passed=st.one_of(st.none(), st.booleans()),
     semantic_residual=st.one_of(st.none(), st.just("s")),
+    semantic_not_testable=st.one_of(st.none(), st.just("n")),
 )
 
 

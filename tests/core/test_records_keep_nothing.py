@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
+import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tombstone import Tombstone
 from tombstone.capture.vector import normalised_fingerprint
@@ -126,3 +129,49 @@ def test_an_auditor_key_opens_its_patterns_and_the_audit_searches_content(tmp_pa
     wrong = run("audit", receipt, "--config", str(config), "--key", str(root / "keys" / "signing.pub"),
                 "--auditor-key", str(auditor_dir / "auditor.pub"))
     assert wrong.exit_code == 2 and "it is an auditor public key" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_the_semantic_snapshot_is_gone_once_the_receipt_is_sealed(tmp_path):
+    """With the semantic level on, the snapshot taken before suppression holds each erased chunk's own
+    vector and its probe queries: in the lineage db while the erasure runs, nowhere once it is sealed."""
+    from tombstone.testing.crash import SUBJECT, cli, release_stores
+
+    root = tmp_path / "demo"
+    built = cli("demo", "--workdir", str(root), "--backends", "chroma", "--subjects", "8", "--erase", "none")
+    assert built.returncode == 0, built.stderr
+    assert '"semantic"' in (root / "tombstone.toml").read_text()  # the MiniLM embedder is installed
+    release_stores(root)
+    config = str(root / "tombstone.toml")
+    killed = cli("erase", SUBJECT, "--config", config, env={"TOMBSTONE_KILL_AT": "saga:suppress:chroma:before"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    db = sqlite3.connect(root / "lineage.db")
+    try:
+        rows = db.execute("SELECT artifact_id, meta, vectors FROM semantic_snapshots").fetchall()
+    finally:
+        db.close()
+    # A vector of 384 float32 is stored across SQLite overflow pages, whose 4-byte headers can split it: each
+    # is looked for as three 128-byte windows, any of which is enough to find it.
+    patterns = {}
+    for aid, meta, blob in rows:
+        n, dim = json.loads(meta)["layout"]["queries"]
+        for i, query in enumerate(np.frombuffer(blob, dtype="<f4")[: n * dim].reshape(n, dim)):
+            for at in (0, 128, 256):
+                patterns[f"probe query {i} of {aid} @{at}"] = query[at : at + 32].tobytes()
+    vectors = {k.rsplit(" @", 1)[0] for k in patterns}
+    assert len(rows) == 3 and len(vectors) >= 6, rows
+    # control: while the erasure runs the scan finds every snapshot vector in the lineage db
+    before = scan_files(records(root), patterns)
+    assert all(any(before.found(f"{v} @{at}") for at in (0, 128, 256)) for v in vectors)
+
+    resumed = cli("resume", "--config", config)
+    assert resumed.returncode == 0, resumed.stderr
+    release_stores(root)
+    after = scan_files(records(root), patterns)
+    left = {k: sorted({Path(h.file).name for h in after.found(k)}) for k in patterns if after.found(k)}
+    assert not left, f"the semantic snapshot outlived the receipt: {left}"
+    db = sqlite3.connect(root / "lineage.db")
+    try:
+        assert db.execute("SELECT count(*) FROM semantic_snapshots").fetchone()[0] == 0
+    finally:
+        db.close()

@@ -72,5 +72,11 @@ class FaultyAdapter(Adapter):
     def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
         self.inner.native_delete(artifacts)
 
+    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()):
+        return self.inner.semantic_neighbours(vectors, k, exclude)
+
+    def stored_vectors(self, ids):
+        return self.inner.stored_vectors(ids)
+
     def close(self) -> None:
         self.inner.close()

@@ -16,6 +16,7 @@ considered, so it shows up UNVERIFIED and never VERIFIED by omission.
    duplicate_content     UNVERIFIED(duplicate content)  (id gone; remaining bytes belong to a live survivor)
 7. model_residual        RESIDUAL(model)
 8. semantic_residual     RESIDUAL(semantic)
+   semantic_not_testable UNVERIFIED(semantic: not testable, why)   (enabled, but too few usable probes)
    logical_not_run       UNVERIFIED(logical probe did not run)
 9. verified              VERIFIED(highest level whose probe ran and passed)
 
@@ -129,6 +130,9 @@ class Findings:
     """Who received a copy, when the artifact left for a third party."""
     duplicate_content: str | None = None
     """Set when the id is gone but its content bytes belong to another live artifact."""
+    semantic_not_testable: str | None = None
+    """Why, when the semantic level was enabled but the artifact is in its own Top-5 for too few of its
+    probe queries to measure its neighbourhood's drift."""
     probes: Mapping[Level, Any] = field(default_factory=dict)
     """Level → ``ProbeResult`` or ``NotRun`` (``tombstone.verify.result``)."""
 
@@ -245,6 +249,12 @@ RULES: tuple[Rule, ...] = (
               "retrain the shard without the subject's examples, then erase again"),
     _residual("semantic_residual", Level.SEMANTIC, "the neighbourhood still answers as if the artifact were there",
               "look for near-copies or summaries of the artifact the lineage graph does not know"),
+    Rule(
+        "semantic_not_testable",
+        lambda f: f.semantic_not_testable is not None,
+        lambda f: Status(StatusKind.UNVERIFIED, reason=f"semantic: not testable, {f.semantic_not_testable}",
+                         rule="semantic_not_testable"),
+    ),
     Rule(
         "logical_not_run",
         lambda f: not f.ran(Level.LOGICAL),

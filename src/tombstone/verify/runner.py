@@ -63,6 +63,9 @@ class VerifyContext:
     """The fragment probe vectors captured at write time, when the verifier has the lineage db."""
     live_sharing_content: Callable[[ArtifactRecord], Sequence[ArtifactRecord]] | None = None
     """Live artifacts of other subjects with the same content (the duplicate-content decision)."""
+    semantic_snapshots: Callable[[str, Sequence[str]], Mapping[str, tuple[dict[str, Any], bytes]]] | None = None
+    """``(store, artifact ids) -> {id: (meta, vectors)}``: what the saga's snapshot step measured of each
+    artifact's neighbourhood before suppression (the semantic level); None for a verifier without one."""
     enabled: frozenset[Level] = ALL_LEVELS
     """The levels the deployment enables."""
     record_errors: bool = False

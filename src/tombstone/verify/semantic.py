@@ -1,19 +1,34 @@
 """The semantic level: did the artifact's neighbourhood keep a trace of it?
 
-Measured, not looked up: the drift of the nearest neighbours of the artifact's probe queries from a
-snapshot taken before suppression to after reclaim, compared with same-cluster controls from the same
-data, with a confidence interval. Not implemented in this release: the stage raises NotImplementedError
-and every receipt shows the semantic probe as not run, with that reason.
+Measured, not looked up (Ghost Echoes, calibrated per artifact): the drift of the Top-5 of the artifact's
+probe queries from a snapshot taken before suppression to after reclaim, ranked among same-cluster
+controls of other subjects whose removal was simulated on the same data, with a bootstrap confidence
+interval over the probe queries. The measurement is in :mod:`tombstone.verify.neighbourhood`; this module
+takes the snapshot (a saga step before suppress, :func:`snapshot`) and turns the measurement into an
+outcome per artifact (the stage).
+
+Outcomes: passed (the hole is the size of a normal same-cluster deletion); failed, naming the live
+artifacts that took the erased one's place (the neighbourhood still answers as if it were there: an echo
+the lineage graph does not know); not testable (the artifact is in its own Top-5 for too few of its probe
+queries: UNVERIFIED); not run (no snapshot, the store no longer held it, or too few controls to rank
+against). It is a measurement, not proof, and a side channel: an outsider comparing answers before and
+after can tell that something was deleted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tombstone.capabilities import Capability
+from tombstone.errors import TombstoneError
 from tombstone.lineage.records import ArtifactRecord
+from tombstone.verify import neighbourhood as nb
 from tombstone.verify.levels import Level
+from tombstone.verify.result import NotRun, ProbeResult
 
 if TYPE_CHECKING:
     from tombstone.verify.runner import VerifyContext
@@ -32,8 +47,177 @@ class SemanticStage:
         return f"{adapter.backend} declares no semantic probe"
 
     def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):
-        raise NotImplementedError("the semantic probe (neighbourhood drift against same-cluster controls)"
-                                  " is not implemented in this release")
+        from tombstone.verify.runner import StageOutput
+
+        out = StageOutput(outcomes={})
+        if ctx.semantic_snapshots is None:
+            for art in artifacts:
+                out.outcomes[art.artifact_id] = NotRun(self.level, NO_SNAPSHOT_HERE)
+            return out
+        stored = ctx.semantic_snapshots(adapter.store, [a.artifact_id for a in artifacts])
+        snaps = {aid: nb.Snapshot.decode(meta, blob) for aid, (meta, blob) in stored.items()}
+        measured = {aid: s for aid, s in snaps.items() if s.meta.get("outcome") == "measured"}
+        erased = frozenset(a.artifact_id for a in artifacts)
+        failed = None
+        try:
+            after = _after(ctx.call, adapter, measured, erased)
+            noise = _noise_floor(ctx.call, adapter, measured, erased)
+        except TombstoneError:
+            raise  # the store's: retried, dead-lettered or recorded by the caller
+        except Exception as exc:  # noqa: BLE001 - a measurement that breaks must not hold up the receipt
+            failed = f"the semantic measurement failed: {type(exc).__name__}: {exc}"
+        for art in artifacts:
+            aid = art.artifact_id
+            snap = snaps.get(aid)
+            if snap is None:
+                out.outcomes[aid] = NotRun(self.level, NO_SNAPSHOT)
+            elif aid in measured and failed:
+                out.outcomes[aid] = NotRun(self.level, failed)
+            elif aid in measured:
+                try:
+                    out.outcomes[aid] = _outcome(adapter.store, aid, snap, after[aid], noise.get(aid, {}))
+                except Exception as exc:  # noqa: BLE001 - as above, for this artifact alone
+                    out.outcomes[aid] = NotRun(self.level, f"the semantic measurement failed: {type(exc).__name__}: {exc}")
+            else:
+                why = snap.meta.get("why") or snap.meta.get("outcome", "no measurement")
+                evidence = {k: v for k, v in snap.meta.items() if k in ("queries_asked", "unusable", "outcome")}
+                if "controls" in snap.meta:
+                    evidence["controls"] = len(snap.meta["controls"])
+                if snap.meta.get("outcome") == "not testable":
+                    out.outcomes[aid] = NotRun(self.level, f"not testable: {why}", evidence=evidence)
+                    out.findings[aid] = {"semantic_not_testable": why}
+                else:
+                    out.outcomes[aid] = NotRun(self.level, why, evidence=evidence)
+        return out
+
+
+NO_SNAPSHOT_HERE = ("an independent verifier has no snapshot of the neighbourhood from before the erasure, so"
+                    " the semantic level cannot be measured here")
+NO_SNAPSHOT = ("no snapshot of its neighbourhood was taken before suppression (the semantic level was not enabled"
+               " when this erasure began)")
+
+
+def _after(call: Callable, adapter: Any, measured: dict[str, nb.Snapshot], erased: frozenset[str]) -> dict[str, list[nb.Neighbours]]:
+    """Each measured artifact's probe queries asked again, of the store as it is now (every erased id
+    filtered out, so a reclaim that failed is the logical level's finding, not an echo)."""
+    order = [(aid, i) for aid, snap in measured.items() for i in range(len(snap.queries))]
+    if not order:
+        return {}
+    vectors = np.concatenate([snap.queries for snap in measured.values()]).astype(np.float32)
+    results = list(call(lambda: adapter.semantic_neighbours(vectors, nb.TOP, erased)))
+    out: dict[str, list[nb.Neighbours]] = {aid: [] for aid in measured}
+    for (aid, _), res in zip(order, results):
+        out[aid].append(res)
+    return out
+
+
+def _noise_floor(call: Callable, adapter: Any, measured: dict[str, nb.Snapshot], erased: frozenset[str]) -> dict[str, dict[str, float]]:
+    """How far neighbourhoods the erasure did not touch moved between the snapshot and now (a rebuilt
+    index, an approximate search): each control's own-vector Top-5, asked again."""
+    controls = sorted({c["id"] for snap in measured.values() for c in snap.meta["controls"]})
+    if not controls:
+        return {}
+    own = dict(call(lambda: adapter.stored_vectors(controls)))
+    asked = [cid for cid in controls if cid in own]
+    if not asked:
+        return {}
+    results = dict(zip(asked, call(lambda: adapter.semantic_neighbours(np.stack([own[c] for c in asked]), nb.TOP, erased))))
+    baseline_ids = sorted({i for snap in measured.values() for c in snap.meta["controls"] for i in c["own_baseline"]})
+    vectors = dict(call(lambda: adapter.stored_vectors(baseline_ids)))
+    out = {}
+    for aid, snap in measured.items():
+        moved = []
+        for c in snap.meta["controls"]:
+            res = results.get(c["id"])
+            if res is None or not all(i in vectors for i in c["own_baseline"]):
+                continue
+            moved.append(nb.drift(np.stack([vectors[i] for i in c["own_baseline"]]), res.vectors[: nb.TOP]))
+        if moved:
+            out[aid] = {"median": round(float(np.median(moved)), 6), "max": round(float(np.max(moved)), 6),
+                        "neighbourhoods": len(moved)}
+    return out
+
+
+def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours], noise: dict[str, float]) -> ProbeResult:
+    probes, drifts, replaced = [], [], Counter()
+    for probe, before, res in zip(snap.meta["probes"], snap.baselines, after):
+        d = nb.drift(before, res.vectors[: nb.TOP])
+        drifts.append(d)
+        now = res.ids[: nb.TOP]
+        took = now[probe["rank"] - 1] if len(now) >= probe["rank"] else None
+        if took is not None:
+            replaced[took] += 1
+        probes.append({"query": probe["label"], "rank_before": probe["rank"], "drift": round(d, 6),
+                       "in_its_place": took})
+    controls = snap.meta["controls"]
+    decision = nb.decide(drifts, [float(np.mean(c["drifts"])) for c in controls], aid)
+    median = float(np.median(decision.control_drifts))
+    candidates = [{"store": store, "artifact_id": cid, "queries": n}
+                  for cid, n in sorted(replaced.items(), key=lambda kv: (-kv[1], kv[0]))[:3]]
+    evidence = {
+        "method": (f"drift of the 1/rank^2-weighted Top-{nb.TOP} centroid of each probe query, before suppression vs"
+                   f" after reclaim, ranked among {len(controls)} same-cluster controls of other subjects (removal"
+                   " simulated by filtering); a measurement, not proof"),
+        "drift": round(decision.drift, 6),
+        "ci": [round(decision.ci[0], 6), round(decision.ci[1], 6)],
+        "confidence": nb.CONFIDENCE,
+        "rank": decision.rank,
+        "of": len(controls) + 1,
+        "p": round(decision.p, 6),
+        "alpha": nb.ALPHA,
+        "controls": {"ids": [c["id"] for c in controls], "drifts": [round(x, 6) for x in decision.control_drifts],
+                     "median": round(median, 6)},
+        "probes": probes,
+        "unusable_queries": snap.meta.get("unusable", []),
+        "noise_floor": {"repeat_before_suppression": round(float(snap.meta.get("noise_floor_repeat", 0.0)), 6),
+                        "controls_after_reclaim": noise or None},
+        "in_its_place": candidates,
+    }
+    summary = (f"neighbourhood drift {decision.drift:.4f} ({nb.CONFIDENCE:.0%} CI {decision.ci[0]:.4f}-{decision.ci[1]:.4f}),"
+               f" rank {decision.rank} of {len(controls) + 1} among same-cluster controls (median {median:.4f},"
+               f" Mann-Whitney p={decision.p:.3f})")
+    if not decision.echo:
+        return ProbeResult(level=Level.SEMANTIC, passed=True, evidence={**evidence, "summary": summary})
+    names = ", ".join(f"{c['store']}/{c['artifact_id']}" for c in candidates) or "none returned"
+    measurement = (f"{summary}: the neighbourhood still answers as if it were there; in its place: {names}")
+    return ProbeResult(level=Level.SEMANTIC, passed=False, measurement=measurement, evidence={**evidence, "summary": summary})
+
+
+def snapshot(adapter: Any, artifacts: Sequence[ArtifactRecord], lineage: Any, owners: dict[str, str]) -> dict[str, Any]:
+    """The saga's snapshot step for one store, before anything is hidden: measure each artifact's
+    neighbourhood and its controls (:func:`tombstone.verify.neighbourhood.take_snapshots`) and record it in
+    the lineage db (``owners`` maps artifact ids to their saga). Returns the journal's detail (ids, counts,
+    outcomes — never a vector). An artifact already suppressed (a saga begun before the level was enabled)
+    gets no baseline: suppression may already hide it. A store error is recorded, not retried: the
+    erasure goes on, and the level reports it as not run."""
+    fresh = [a for a in artifacts if not lineage.is_suppressed(a.store, a.artifact_id)]
+    fresh_ids = {a.artifact_id for a in fresh}
+    snaps: dict[str, nb.Snapshot] = {
+        a.artifact_id: nb.Snapshot({"version": nb.VERSION, "outcome": "suppressed first",
+                                    "why": "it was suppressed before a snapshot of its neighbourhood could be taken"})
+        for a in artifacts if a.artifact_id not in fresh_ids}
+    error = None
+    try:
+        if fresh:
+            with adapter.store_lock():
+                snaps.update(nb.take_snapshots(adapter, fresh, probe_vectors=lineage.probe_vectors,
+                                               artifact=lineage.artifact))
+    except Exception as exc:  # noqa: BLE001 - a store error or a broken measurement must not stop the erasure
+        error = str(exc) if isinstance(exc, TombstoneError) else f"{type(exc).__name__}: {exc}"
+        snaps.update({a.artifact_id: nb.Snapshot({"version": nb.VERSION, "outcome": "failed",
+                                                  "why": f"the snapshot before suppression failed: {error}"})
+                      for a in fresh})
+    by_saga: dict[str, dict[str, tuple[dict[str, Any], bytes]]] = {}
+    for aid, snap in snaps.items():
+        by_saga.setdefault(owners.get(aid, ""), {})[aid] = snap.encode()
+    for saga_id, rows in sorted(by_saga.items()):
+        lineage.save_semantic_snapshots(saga_id, adapter.store, rows)
+    detail: dict[str, Any] = {"artifacts": {aid: {"outcome": s.meta.get("outcome"), "probes": len(s.meta.get("probes", [])),
+                                                  "controls": len(s.meta.get("controls", []))}
+                                            for aid, s in sorted(snaps.items())}}
+    if error:
+        detail["error"] = error
+    return detail
 
 
 STAGE = SemanticStage()

@@ -1,0 +1,334 @@
+"""The measurement behind the semantic level: neighbourhood drift, its snapshot, its controls, its test.
+
+An artifact's **probe queries** are its own vector (fetched from the store) and, for each fragment probe
+captured at write time, the fragment's direction anchored on the artifact (the normalised sum of the two
+unit vectors, scaled to the artifact's norm), plus the same for the mean of the fragments: up to five
+questions that the artifact itself answers first. (A bare eight-word fragment usually finds other chunks
+that share its words before the chunk it came from, and then its Top-5 barely moves when the chunk goes:
+RESULTS.md measures both.)
+
+The **drift** of a probe is the cosine distance between the centroid of its Top-5 before the artifact was
+removed and after, each neighbour's unit vector weighted by 1/rank² (normalised): the answer a retriever
+gives is dominated by its first results, and an echo is a neighbour that takes the erased artifact's first
+place. A clean deletion leaves a hole the size of a normal same-cluster deletion; a *smaller* hole — the
+neighbourhood still answers as if the artifact were there — is the echo.
+
+**Controls** are the live artifacts of other subjects nearest to the erased one, chosen when the snapshot
+is taken (before suppression): their removal is simulated by filtering them out of the results (nothing
+is deleted), with every artifact of the batch filtered out too, and their drifts under their own probe
+queries are the reference distribution. The target's drift is measured after reclaim, on the store itself.
+
+The **decision** is a rank test of the target's mean drift among the controls' (``scipy.stats.mannwhitneyu``,
+one-sided) together with a bootstrap confidence interval of that mean over its probe queries
+(``scipy.stats.bootstrap``, seeded from the artifact id so that a resumed saga decides the same). Below
+the controls at ``ALPHA`` with the interval's upper end under the controls' median: an echo.
+
+Nothing here names a backend: adapters answer :meth:`tombstone.contract.Adapter.semantic_neighbours` and
+:meth:`tombstone.contract.Adapter.stored_vectors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+TOP = 5
+"""How many neighbours make a probe's answer."""
+CONTROLS = 20
+"""How many same-cluster controls are chosen."""
+MIN_CONTROLS = 19
+"""Fewer controls cannot put the target's rank below ``ALPHA`` (the smallest p is 1/(controls + 1))."""
+MIN_PROBES = 2
+"""Fewer usable probe queries than this and the artifact is not testable."""
+ALPHA = 0.05
+"""Significance of the rank test."""
+CONFIDENCE = 0.95
+"""Confidence level of the bootstrap interval."""
+RESAMPLES = 2000
+"""Bootstrap resamples."""
+CANDIDATE_ROUNDS = 4
+"""How many times the search for controls widens (×2 each) before it gives up."""
+VERSION = 1
+"""Layout version of a stored snapshot."""
+
+
+@dataclass
+class Neighbours:
+    """What a store returned for one query: ids in rank order, the store's own distances (or scores) and
+    the stored vectors, one row per id."""
+
+    ids: list[str]
+    distances: list[float]
+    vectors: np.ndarray
+
+    def __post_init__(self) -> None:
+        vectors = np.asarray(self.vectors, dtype=np.float32)
+        self.vectors = vectors.reshape(len(self.ids), -1) if self.ids else vectors.reshape(0, vectors.shape[-1] if vectors.ndim > 1 else 0)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.where(norms == 0, 1, norms)
+
+
+def rank_weights(n: int) -> np.ndarray:
+    """1/rank² for the first ``n`` ranks (at most ``TOP``), normalised."""
+    w = 1.0 / np.arange(1, min(n, TOP) + 1) ** 2
+    return w / w.sum()
+
+
+def centroid(vectors: np.ndarray) -> np.ndarray:
+    """The rank-weighted centroid of the unit vectors of a Top-5 (rows in rank order)."""
+    rows = unit(np.asarray(vectors)[:TOP])
+    if len(rows) == 0:
+        return np.zeros(rows.shape[-1] if rows.ndim == 2 else 0)
+    return (rank_weights(len(rows))[:, None] * rows).sum(axis=0)
+
+
+def drift(before: np.ndarray, after: np.ndarray) -> float:
+    """Cosine distance between the rank-weighted centroids of a Top-5 before and after."""
+    a, b = centroid(before), centroid(after)
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0 or nb == 0:
+        return 0.0 if na == nb else 1.0
+    return float(min(2.0, max(0.0, 1.0 - float(a @ b) / (na * nb))))
+
+
+def fit(vector: np.ndarray, dim: int) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float64).ravel()
+    return v[:dim] if len(v) >= dim else np.pad(v, (0, dim - len(v)))
+
+
+def probe_queries(own: np.ndarray, fragments: Sequence[np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """The artifact's probe queries: its own vector; each fragment probe anchored on it; the fragments'
+    mean anchored on it (when there are several). Labels name them in the evidence."""
+    own = np.asarray(own, dtype=np.float64).ravel()
+    norm = float(np.linalg.norm(own)) or 1.0
+    u = own / norm
+    units = [unit(fit(f, len(own))) for f in fragments]
+    out = [("own vector", own.astype(np.float32))]
+    for i, f in enumerate(units):
+        out.append((f"fragment {i + 1}", (norm * unit(u + f)).astype(np.float32)))
+    if len(units) > 1:
+        out.append(("fragments' mean", (norm * unit(u + unit(np.mean(units, axis=0)))).astype(np.float32)))
+    return out
+
+
+def seed_of(artifact_id: str) -> int:
+    """The bootstrap's seed: derived from the artifact id, so a resumed saga draws the same resamples."""
+    return int.from_bytes(hashlib.sha256(f"tombstone-semantic/{artifact_id}".encode()).digest()[:8], "little")
+
+
+# -- snapshot ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    """What was measured of one artifact's neighbourhood before suppression (``meta`` is JSON-able; the
+    arrays are stored as float32 bytes)."""
+
+    meta: dict[str, Any]
+    queries: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    """One row per usable probe query."""
+    baselines: list[np.ndarray] = field(default_factory=list)
+    """Per usable probe, the Top-5's vectors in rank order (the artifact's own among them)."""
+
+    def encode(self) -> tuple[dict[str, Any], bytes]:
+        meta = dict(self.meta)
+        meta["layout"] = {"queries": list(self.queries.shape), "baselines": [len(b) for b in self.baselines]}
+        arrays = [np.asarray(self.queries, dtype="<f4")] + [np.asarray(b, dtype="<f4") for b in self.baselines]
+        return meta, b"".join(a.tobytes() for a in arrays)
+
+    @classmethod
+    def decode(cls, meta: dict[str, Any], blob: bytes) -> "Snapshot":
+        layout = meta.get("layout") or {"queries": [0, 0], "baselines": []}
+        n, dim = layout["queries"]
+        flat = np.frombuffer(blob, dtype="<f4")
+        queries = flat[: n * dim].reshape(n, dim)
+        baselines, at = [], n * dim
+        for rows in layout["baselines"]:
+            baselines.append(flat[at : at + rows * dim].reshape(rows, dim))
+            at += rows * dim
+        return cls(meta, queries, baselines)
+
+
+def _search(adapter: Any, call: Callable, queries: Sequence[np.ndarray], k: int, exclude: Iterable[str]) -> list[Neighbours]:
+    if not len(queries):
+        return []
+    vectors = np.stack([np.asarray(q, dtype=np.float32) for q in queries])
+    exclude = frozenset(exclude)
+    return list(call(lambda: adapter.semantic_neighbours(vectors, k, exclude)))
+
+
+def _control_drifts(results: Sequence[Neighbours], control: str) -> list[tuple[int, float, list[str]]]:
+    """For each probe of a control whose Top-5 holds it: (its rank, the drift of removing it, the Top-5)."""
+    out = []
+    for res in results:
+        top = res.ids[:TOP]
+        if control not in top:
+            out.append(None)
+            continue
+        keep = [i for i, aid in enumerate(res.ids) if aid != control][:TOP]
+        out.append((top.index(control) + 1, drift(res.vectors[:TOP], res.vectors[keep]), top))
+    return out
+
+
+def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Callable[[Sequence[Any]], Mapping[str, Sequence[Any]]],
+                   artifact: Callable[[str, str], Any], call: Callable = lambda action: action()) -> dict[str, Snapshot]:
+    """Measure, before suppression, the neighbourhood of every artifact of one store that a batch erases.
+
+    ``probe_vectors`` gives the fragment probes of artifact records (the lineage db's); ``artifact(store, id)``
+    the lineage record of an id (to choose controls: live artifacts of subjects not being erased); ``call``
+    runs each store operation (the saga's retries). Returns one :class:`Snapshot` per artifact; its
+    ``meta["outcome"]`` is ``measured``, ``not testable``, ``too few controls`` or ``not in the store``.
+    """
+    store = adapter.store
+    erased = {a.artifact_id for a in artifacts}
+    erasing_subjects = {a.subject_key for a in artifacts}
+    own = dict(call(lambda: adapter.stored_vectors(sorted(erased))))
+    fragments = probe_vectors(list(artifacts))
+    out: dict[str, Snapshot] = {}
+    for art in artifacts:
+        aid = art.artifact_id
+        if aid not in own:
+            out[aid] = Snapshot({"version": VERSION, "outcome": "not in the store",
+                                 "why": "the store did not hold it when the saga began"})
+            continue
+        queries = probe_queries(own[aid], fragments.get(aid, []))
+        others = erased - {aid}
+        first = _search(adapter, call, [q for _, q in queries], TOP, others)
+        again = _search(adapter, call, [q for _, q in queries], TOP, others)
+        probes, kept_queries, baselines, unusable, repeat = [], [], [], [], []
+        for (label, q), res, res2 in zip(queries, first, again):
+            top = res.ids[:TOP]
+            if aid not in top:
+                unusable.append(label)
+                continue
+            probes.append({"label": label, "rank": top.index(aid) + 1, "ids": top,
+                           "distances": [round(float(d), 6) for d in res.distances[:TOP]]})
+            kept_queries.append(q)
+            baselines.append(res.vectors[:TOP])
+            repeat.append(drift(res.vectors[:TOP], res2.vectors[:TOP]))
+        meta: dict[str, Any] = {"version": VERSION, "probes": probes, "unusable": unusable,
+                                "queries_asked": len(queries), "noise_floor_repeat": max(repeat, default=0.0)}
+        if len(probes) < MIN_PROBES:
+            meta.update(outcome="not testable",
+                        why=f"it is in its own Top-{TOP} for {len(probes)} of {len(queries)} probe queries,"
+                            f" fewer than the {MIN_PROBES} a measurement needs")
+            out[aid] = Snapshot(meta)
+            continue
+        controls = _choose_controls(adapter, call, own[aid], erased, erasing_subjects, artifact, probe_vectors)
+        meta["controls"] = controls
+        if len(controls) < MIN_CONTROLS:
+            meta.update(outcome="too few controls",
+                        why=f"the store holds {len(controls)} live artifacts of other subjects whose own probes"
+                            f" find them, near this one; the rank test needs at least {MIN_CONTROLS}")
+            out[aid] = Snapshot(meta)
+            continue
+        meta["outcome"] = "measured"
+        out[aid] = Snapshot(meta, np.stack(kept_queries).astype(np.float32), baselines)
+    return out
+
+
+def _choose_controls(adapter: Any, call: Callable, vector: np.ndarray, erased: set[str], erasing: set[str],
+                     artifact: Callable[[str, str], Any], probe_vectors: Callable) -> list[dict[str, Any]]:
+    """The ``CONTROLS`` live artifacts of other subjects nearest to ``vector`` that their own probes find,
+    with their drifts: each one's removal simulated by filtering it out (with every erased artifact)."""
+    store = adapter.store
+    chosen: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    fetch = 3 * CONTROLS
+    for _ in range(CANDIDATE_ROUNDS):
+        [near] = _search(adapter, call, [vector], fetch, erased)
+        fresh = [aid for aid in near.ids if aid not in seen]
+        seen.update(fresh)
+        records = []
+        for aid in fresh:
+            rec = artifact(store, aid)
+            if rec is not None and rec.state == "live" and rec.subject_key not in erasing:
+                records.append(rec)
+        while records and len(chosen) < CONTROLS:
+            # nearest first, a few more than are still needed at a time (some may not be usable)
+            batch, records = records[: CONTROLS - len(chosen) + 2], records[CONTROLS - len(chosen) + 2 :]
+            own = dict(call(lambda: adapter.stored_vectors([r.artifact_id for r in batch])))
+            frags = probe_vectors([r for r in batch if r.artifact_id in own])
+            asked: list[tuple[str, str, np.ndarray]] = []
+            for rec in batch:
+                if rec.artifact_id in own:
+                    asked += [(rec.artifact_id, label, q)
+                              for label, q in probe_queries(own[rec.artifact_id], frags.get(rec.artifact_id, []))]
+            results = _search(adapter, call, [q for _, _, q in asked], TOP + 1, erased)
+            by_control: dict[str, list] = {}
+            for (cid, label, _), res in zip(asked, results):
+                by_control.setdefault(cid, []).append((label, res))
+            for rec in batch:
+                cid = rec.artifact_id
+                if cid not in by_control or len(chosen) >= CONTROLS:
+                    continue
+                labels = [label for label, _ in by_control[cid]]
+                measured = _control_drifts([res for _, res in by_control[cid]], cid)
+                usable = [(label, m) for label, m in zip(labels, measured) if m is not None]
+                if len(usable) < MIN_PROBES:
+                    continue
+                own_top = measured[0][2] if measured[0] is not None else by_control[cid][0][1].ids[:TOP]
+                chosen.append({"id": cid, "labels": [label for label, _ in usable],
+                               "ranks": [m[0] for _, m in usable], "drifts": [m[1] for _, m in usable],
+                               "own_baseline": own_top})
+        if len(chosen) >= CONTROLS or len(near.ids) < fetch:
+            break
+        fetch *= 2
+    return chosen[:CONTROLS]
+
+
+# -- decision ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Decision:
+    """The target's measurement against its controls."""
+
+    echo: bool
+    """Significantly below the controls: the neighbourhood still answers as if the artifact were there."""
+    drift: float
+    """The target's mean drift over its usable probe queries."""
+    ci: tuple[float, float]
+    """Bootstrap confidence interval of that mean over the probe queries."""
+    p: float
+    """One-sided Mann-Whitney p of the target's drift below the controls'."""
+    rank: int
+    """The target's place among itself and the controls, smallest drift first (1 = below every control)."""
+    control_drifts: list[float]
+    """Each control's mean drift."""
+
+
+def decide(drifts: Sequence[float], control_drifts: Sequence[float], artifact_id: str) -> Decision:
+    """The rank test and the bootstrap interval (see the module docstring)."""
+    from scipy import stats
+
+    d = np.asarray(drifts, dtype=np.float64)
+    c = np.asarray(control_drifts, dtype=np.float64)
+    mean = float(d.mean())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate sample (all probes equal) gives its single value
+        if np.ptp(d) > 0:
+            interval = stats.bootstrap((d,), np.mean, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
+                                       method="percentile", rng=np.random.default_rng(seed_of(artifact_id)))
+            lo, hi = float(interval.confidence_interval.low), float(interval.confidence_interval.high)
+        else:
+            lo = hi = mean
+        p = float(stats.mannwhitneyu([mean], c, alternative="less", method="exact").pvalue)
+    lo, hi = (mean, mean) if math.isnan(lo) or math.isnan(hi) else (lo, hi)
+    rank = 1 + int(np.sum(c < mean))
+    echo = p <= ALPHA and hi < float(np.median(c))
+    return Decision(echo, mean, (lo, hi), p, rank, [float(x) for x in c])
+
+
+__all__ = ["ALPHA", "CONFIDENCE", "CONTROLS", "Decision", "MIN_CONTROLS", "MIN_PROBES", "Neighbours", "Snapshot",
+           "TOP", "centroid", "decide", "drift", "probe_queries", "rank_weights", "seed_of", "take_snapshots"]
