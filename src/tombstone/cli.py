@@ -574,7 +574,7 @@ def receipt_export(config_path: str | None, sequence: str | None, saga_id: str |
               help="The operator's published Ed25519 public key (PEM) to trust. Without it: the keys_dir of the"
                    " configuration named by --config or $TOMBSTONE_CONFIG.")
 @click.option("--trust-config", is_flag=True,
-              help="Probe stores whose probes send a credential of yours (a Pinecone key, a PostgreSQL password)"
+              help="Probe stores whose probes send a credential of yours (an API key, a database password)"
                    " to a host the configuration names; without it they are left unchecked.")
 @click.option("--previous", multiple=True, type=click.Path(dir_okay=False),
               help="An earlier receipt of the chain (repeat for each) to check the links.")
