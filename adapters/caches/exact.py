@@ -189,6 +189,13 @@ class ExactCacheAdapter(ExactCacheHooks, Adapter):
                           "note": "a lookup needs the prompt, which Tombstone never keeps; the entry id stands for it"})
         return results
 
+    @classmethod
+    def scan_deleted(cls, store: str, options: Mapping[str, Any]):
+        """Free pages, freeblocks and unallocated page space of the cache's SQLite file (``forensics``)."""
+        from .forensics import scan_exact_cache
+
+        return scan_exact_cache(store, cls.backend, TABLE, options)
+
     def physical_files(self) -> list[Path]:
         if not os.access(self.path, os.R_OK):
             raise PhysicalUnsupportedError(f"cache database {self.path} is not readable", store=self.store)

@@ -110,6 +110,13 @@ class DocstoreAdapter(DocstoreHooks, Adapter):
             )
         return results
 
+    @classmethod
+    def scan_deleted(cls, store: str, options: dict[str, Any]):
+        """Free pages, freeblocks and unallocated page space of the SQLite file (``forensics``)."""
+        from .forensics import scan_docstore
+
+        return scan_docstore(store, options)
+
     def physical_files(self) -> list[Path]:
         files = self.source.files()
         if not os.access(files[0], os.R_OK):

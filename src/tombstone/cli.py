@@ -644,6 +644,53 @@ def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries
         sys.exit(1)
 
 
+@main.command("scan")
+@CONFIG_OPTION
+@click.option("--store", "store", default=None, help="The configured store to scan (with --config).")
+@click.option("--backend", default=None, help="Scan a store with no deployment: its backend ...")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="... and its options, as in tombstone.toml (repeat; e.g. path=docs.db).")
+@click.option("--show-ids", is_flag=True, help="Also list the ids of the deleted records found (never content).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def scan_cmd(config_path: str | None, store: str | None, backend: str | None, options: tuple[str, ...],
+             show_ids: bool, as_json: bool) -> None:
+    """Read-only: how much deleted data the store still holds (free pages, freeblocks, ...), with no lineage
+    db; exit 3 when some is recoverable."""
+    from tombstone.scan import scan_configured, scan_options
+
+    if backend is not None:
+        if store is not None and config_path is not None:
+            raise ConfigError("give either --config with --store, or --backend with --option, not both")
+        parsed: dict[str, Any] = {}
+        for item in options:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"--option {item!r}: write KEY=VALUE")
+            parsed[key.strip()] = value
+        report = scan_options(store or backend, backend, parsed)
+    else:
+        if store is None:
+            raise ConfigError("say which store: --config FILE --store NAME, or --backend NAME --option KEY=VALUE")
+        if options:
+            raise ConfigError("--option goes with --backend; a configured store's options come from --config")
+        report = scan_configured(config_path, store)
+    if as_json:
+        click.echo(json.dumps(report.as_json(show_ids), indent=2))
+    else:
+        rows = [(p.place, p.kind, p.count, p.bytes, p.note) for p in report.places]
+        click.echo(_table(("place", "what", "deleted records", "bytes not zero", "note"), rows))
+        if show_ids:
+            for place in report.places:
+                for ident in sorted(place.ids):
+                    click.echo(f"id: {ident}  ({place.place}, {place.kind})")
+        for note in report.notes:
+            click.echo(f"note: {note}")
+        verdict = "deleted data is recoverable" if report.recoverable else "nothing deleted is recoverable"
+        click.echo(f"{report.store} ({report.backend}): {verdict} ({report.count} record(s), {report.bytes} byte(s))")
+    if report.recoverable:
+        sys.exit(EXIT_ACTION_NEEDED)
+
+
 @main.command("auditor-key")
 @click.argument("directory", type=click.Path(file_okay=False))
 def auditor_key_cmd(directory: str) -> None:

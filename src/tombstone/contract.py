@@ -43,12 +43,14 @@ from tombstone.verify.result import NotRun, ProbeResult
 
 if TYPE_CHECKING:
     from tombstone.demo import DemoKit
+    from tombstone.scan import ScanReport
 
 ENTRY_POINT_GROUP = "tombstone.adapters"
 DISTRIBUTION = "tombstone-rag"
 # The operations whose vendor exceptions the base class maps to StoreUnavailableError at one point.
 MAPPED_OPERATIONS = ("__init__", "suppress", "reclaim", "probe_logical", "probe_physical", "native_delete",
-                     "physical_files", "physical_extra", "semantic_neighbours", "stored_vectors")
+                     "physical_files", "physical_extra", "semantic_neighbours", "stored_vectors",
+                     "model_material", "model_target")
 WRITING_OPERATIONS = ("suppress", "reclaim", "native_delete")
 """The operations a read-only adapter refuses."""
 READ_ONLY = "read_only"
@@ -242,11 +244,26 @@ class Adapter(abc.ABC):
         """For each query vector (rows of ``vectors``), its ``k`` nearest records in the raw store (no
         suppression filter), those in ``exclude`` left out: ids in rank order, the store's own distances
         and the stored vectors. Needed by adapters that declare ``Capability.SEMANTIC_PROBE``."""
-        raise NotImplementedError(f"the {self.backend} adapter has no semantic probe")
+        raise NotImplementedError(f"the semantic probe is not implemented by the {self.backend} adapter (it declares"
+                                  " SEMANTIC_PROBE but no semantic_neighbours)")
 
     def stored_vectors(self, ids: Sequence[str]) -> dict[str, Any]:
         """The stored vector of each id the raw store holds (ids it does not hold are left out)."""
-        raise NotImplementedError(f"the {self.backend} adapter has no semantic probe")
+        raise NotImplementedError(f"the semantic probe is not implemented by the {self.backend} adapter (it declares"
+                                  " SEMANTIC_PROBE but no stored_vectors)")
+
+    # -- the model probe (tombstone.verify.model) -----------------------------------------------
+
+    def model_material(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, dict[str, Any]]:
+        """Before suppression, what the model probe needs of each artifact: ``kind`` (``trained``, ``holdout``
+        or why not), the ``shards`` it was trained into and their ``weights`` SHA-256, its ``text``, its
+        ``canary`` (``offset``, ``length``, ``alphabet``) when it holds one, and ``sharded``. Needed by
+        adapters that declare ``Capability.MODEL_PROBE``."""
+        raise NotImplementedError(f"the {self.backend} adapter has no model probe")
+
+    def model_target(self) -> Any:
+        """The model as it serves now, for the probe (``tombstone.verify.model.ModelTarget``)."""
+        raise NotImplementedError(f"the {self.backend} adapter has no model probe")
 
     def close(self) -> None:
         """Release connections and handles."""
@@ -305,6 +322,14 @@ class Adapter(abc.ABC):
         --config`` — whether the check passed, failed or broke off. ``options`` are the configured store's
         own; only the canaries' place is touched. Idempotent. An adapter that implements
         ``canary_options`` implements this too; the default removes nothing."""
+
+    @classmethod
+    def scan_deleted(cls, store: str, options: Mapping[str, Any]) -> "ScanReport":
+        """``tombstone scan``: what the store itself marks deleted or unreachable but still holds, per place
+        (``tombstone.scan.ScanReport``), with the ids it can recover and never content. Read-only: not a
+        byte of the store may change (read a ``tombstone.fsutil.Snapshot`` copy of what the client writes
+        to on opening). Adapters implement it in their package's ``forensics`` module."""
+        raise NotImplementedError(f"the {cls.backend} adapter cannot scan for deleted data yet")
 
     @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:

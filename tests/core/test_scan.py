@@ -1,0 +1,187 @@
+"""``tombstone scan``: deleted data a store still holds, found read-only and without the lineage db.
+
+Per backend: records deleted by the store's own client are found (the control); after Tombstone's erasure
+nothing is, and an independent byte scan agrees; a store with no deletions is clean; the scan changes no
+byte of the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tombstone.cli import EXIT_ACTION_NEEDED, EXIT_BAD_INPUT, EXIT_OK, main
+from tombstone_adapters.docstore import DocStore
+
+from conftest import write_docs
+
+
+def hashes(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def independent_scan(directory: Path, needle: str) -> list[str]:
+    """A byte scan written without any Tombstone code: which files under ``directory`` hold ``needle``."""
+    return sorted(p.name for p in directory.rglob("*") if p.is_file() and needle.encode() in p.read_bytes())
+
+
+def scan(*args: str):
+    result = CliRunner().invoke(main, ["scan", *args])
+    return result
+
+
+def scan_json(config: Path, store: str):
+    result = scan("--config", str(config), "--store", store, "--json", "--show-ids")
+    assert result.exit_code in (EXIT_OK, EXIT_ACTION_NEEDED), result.output
+    return result.exit_code, json.loads(result.output)
+
+
+def plain_delete(path: str, ids: list[str]) -> None:
+    """The store's own DELETE, as an app would run it, with upstream SQLite's default (secure_delete off)."""
+    store = DocStore(path, secure_delete=False)
+    try:
+        store.delete(ids)
+    finally:
+        store.close()
+
+
+def test_docstore_with_no_deletions_is_clean_and_unchanged(tomb):
+    write_docs(tomb, "alice", 5)
+    path = Path(tomb.config.stores["docs"].options["path"])
+    before = hashes(path.parent)
+    code, report = scan_json(tomb.config.path, "docs")
+    assert code == EXIT_OK
+    assert report["recoverable"] is False and report["count"] == 0 and report["bytes"] == 0
+    assert hashes(path.parent) == before
+
+
+def test_docstore_own_delete_is_found_read_only(tomb):
+    mine = write_docs(tomb, "alice", 4)
+    theirs = write_docs(tomb, "bob", 3)
+    path = tomb.config.stores["docs"].options["path"]
+    plain_delete(path, mine)
+    store_dir = Path(path).parent
+    assert independent_scan(store_dir, mine[0]), "control: the plain DELETE left the bytes"
+    before = hashes(store_dir)
+    code, report = scan_json(tomb.config.path, "docs")
+    assert hashes(store_dir) == before, "the scan changed a byte of the store"
+    assert code == EXIT_ACTION_NEEDED
+    assert report["recoverable"] and report["bytes"] > 0
+    assert set(report["ids"]) <= set(mine), "only deleted ids are reported, never live ones"
+    assert len(report["ids"]) >= len(mine) - 1
+    assert not set(report["ids"]) & set(theirs)
+    # without --show-ids: counts only; and never content
+    plain = scan("--config", str(tomb.config.path), "--store", "docs", "--json")
+    assert plain.exit_code == EXIT_ACTION_NEEDED
+    assert "ids" not in json.loads(plain.output)
+    assert "text of alice" not in plain.output
+
+
+def test_docstore_free_pages_are_counted(tomb):
+    mine = write_docs(tomb, "alice", 60, texts=[f"long text {i} " + "words " * 200 for i in range(60)])
+    path = tomb.config.stores["docs"].options["path"]
+    plain_delete(path, mine)
+    code, report = scan_json(tomb.config.path, "docs")
+    assert code == EXIT_ACTION_NEEDED
+    free = next(p for p in report["places"] if p["kind"] == "sqlite free pages")
+    assert free["bytes"] > 0 and free["count"] > 0
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        assert con.execute("PRAGMA freelist_count").fetchone()[0] > 0
+    finally:
+        con.close()
+
+
+def test_after_erasure_the_scan_and_a_byte_scan_agree_nothing_is_left(tomb):
+    mine = write_docs(tomb, "alice", 4)
+    write_docs(tomb, "bob", 3)
+    path = tomb.config.stores["docs"].options["path"]
+    plain_delete(path, mine[:2])  # the app deleted some already (the store still holds them)
+    assert scan_json(tomb.config.path, "docs")[0] == EXIT_ACTION_NEEDED
+    receipt, _ = tomb.erase("alice")
+    assert all(a["status"] == "VERIFIED" for a in receipt["artifacts"])
+    tomb.close()
+    code, report = scan_json(tomb.config.path, "docs")
+    assert code == EXIT_OK and report["count"] == 0 and report["bytes"] == 0
+    for doc_id in mine:
+        assert independent_scan(Path(path).parent, doc_id) == []
+
+
+def test_scan_by_backend_and_options_without_a_deployment(tmp_path):
+    path = tmp_path / "docs.db"
+    store = DocStore(path, secure_delete=False)
+    store.add_many([(f"doc-{i}", f"text {i} of a document", {}) for i in range(5)], subject="s")
+    store.delete(["doc-1", "doc-3"])
+    store.close()
+    before = hashes(tmp_path)
+    result = scan("--backend", "docstore", "--option", f"path={path}", "--show-ids")
+    assert result.exit_code == EXIT_ACTION_NEEDED, result.output
+    assert "id: doc-1" in result.output and "id: doc-3" in result.output
+    assert "doc-0" not in result.output.replace("doc-1", "").replace("doc-3", "")
+    assert hashes(tmp_path) == before
+
+
+def test_exact_cache_own_delete_is_found_and_reclaim_clears_it(tmp_path):
+    from langchain_core.outputs import Generation
+
+    from tombstone import Tombstone, init_deployment
+    from tombstone.lineage.db import ArtifactRecord
+    from tombstone_adapters.caches import TombstoneSQLiteCache, attribution
+    from tombstone_adapters.caches.exact import ExactCacheAdapter, entry_id
+
+    config = init_deployment(tmp_path / "c", {"cache": {"backend": "exact_cache", "path": "stores/cache.db"}})
+    path = config.stores["cache"].options["path"]
+    with Tombstone(config) as tomb:
+        cache = TombstoneSQLiteCache(path, lineage=tomb.lineage, store="cache")
+        ids = []
+        for i in range(6):
+            prompt = f"question {i} from alice"
+            tomb.lineage.record_artifacts("alice", [ArtifactRecord("src", f"src-{i}", "docstore", "document")])
+            with attribution("alice", [("src", f"src-{i}")]):
+                cache.update(prompt, "llm", [Generation(text=f"answer {i}")])
+            ids.append(entry_id(prompt, "llm"))
+        assert scan_json(config.path, "cache")[0] == EXIT_OK
+        arts = [tomb.lineage.artifact("cache", i) for i in ids[:3]]
+        adapter = ExactCacheAdapter("cache", {**config.stores["cache"].options, "secure_delete": False})
+        try:
+            adapter.native_delete(arts)
+            before = hashes(Path(path).parent)
+            code, report = scan_json(config.path, "cache")
+            assert hashes(Path(path).parent) == before
+            assert code == EXIT_ACTION_NEEDED and report["bytes"] > 0
+            assert set(report["ids"]) <= set(ids[:3]) and report["ids"]
+            adapter.reclaim(arts)
+        finally:
+            adapter.close()
+        code, report = scan_json(config.path, "cache")
+        assert code == EXIT_OK and report["bytes"] == 0
+        for ident in ids[:3]:
+            assert independent_scan(Path(path).parent, ident) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--store", "nope"], "no store 'nope'"),
+    ([], "say which store"),
+    (["--backend", "docstore", "--option", "path"], "KEY=VALUE"),
+    (["--backend", "docstore"], "needs path"),
+])
+def test_bad_input_is_one_line_and_exit_2(tomb, args, says):
+    if "--backend" not in args:
+        args = ["--config", str(tomb.config.path), *args]
+    result = scan(*args)
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert says in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_backend_with_no_scan_says_so_in_one_line():
+    result = scan("--backend", "pinecone", "--option", "index=x")
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert "the pinecone adapter cannot scan for deleted data" in result.output
+    assert len(result.output.strip().splitlines()) == 1
