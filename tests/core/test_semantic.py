@@ -25,7 +25,7 @@ from tombstone.capture.fragments import probe_queries
 from tombstone.testing.echoes import MemoryStore, corpus, measure, near_copy, paraphrase
 from tombstone.verify import neighbourhood as nb
 
-BACKENDS = ("chroma", "faiss")
+BACKENDS = ("chroma", "faiss", "qdrant")
 LEVELS = ("logical", "physical", "semantic", "model")
 DOCS = corpus(120, topics=4)
 """Four clusters of thirty documents, one subject each."""
@@ -55,6 +55,15 @@ def minilm():
                     f" ({type(exc).__name__}: {exc})")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _local_clients():
+    """Qdrant's local mode keeps one client per directory for the process: closed with the module."""
+    yield
+    from tombstone_adapters.qdrant import close_local_clients
+
+    close_local_clients()
+
+
 @pytest.fixture(scope="module")
 def hashing():
     return Cached(HashingEmbedder(384))
@@ -71,7 +80,7 @@ def build(root: Path, backend: str, embedder, *, echo: str | None = None, space:
     ``scaled`` multiplies some documents' stored vectors (an app that stores unnormalised vectors)."""
     metric = {"cosine": "l2", "ip": "ip"}[space]
     options = {"backend": backend, "path": "stores/vectors"}
-    if backend == "chroma":
+    if backend in ("chroma", "qdrant"):
         options["collection"] = "chunks"
     config = init_deployment(root, {"vectors": options}, levels=levels)
     path = config.stores["vectors"].options["path"]
@@ -92,6 +101,19 @@ def build(root: Path, backend: str, embedder, *, echo: str | None = None, space:
                       subject=[f"subject-{i:03d}" for i in range(len(DOCS))])
             if echo:
                 store.add(ids=["echo"], documents=[echo], subject="someone-else")
+        elif backend == "qdrant":
+            from qdrant_client import models
+
+            from tombstone_adapters.qdrant import TombstoneQdrant, local_client
+
+            distance = {"cosine": models.Distance.COSINE, "ip": models.Distance.DOT}[space]
+            client = local_client(path)
+            client.create_collection("chunks", vectors_config=models.VectorParams(size=vectors.shape[1], distance=distance))
+            store = TombstoneQdrant(client, "chunks", lineage=tomb.lineage, store="vectors", embedder=embedder)
+            for i, text in enumerate(texts):
+                store.upsert([doc_id(i)], documents=[text], vectors=vectors[i : i + 1], subject=f"subject-{i:03d}")
+            if echo:
+                store.upsert(["echo"], documents=[echo], subject="someone-else")
         else:
             from tombstone_adapters.faiss import FaissStore
 

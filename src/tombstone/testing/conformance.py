@@ -148,6 +148,40 @@ class AdapterConformance:
             assert all(r.passed for r in results.values()), results
             assert all(not r.passed for r in env.adapter.probe_physical(others).values())
 
+    # -- semantic -----------------------------------------------------------------------------
+
+    def test_semantic_hooks_answer_from_the_raw_store(self, env: ConformanceEnv) -> None:
+        """An adapter that declares SEMANTIC_PROBE answers the semantic level's two questions from the raw
+        store: the stored vector of each id it holds (and nothing for ids it does not), and each query's
+        nearest records in rank order with their vectors, ``exclude`` left out. A record is its own nearest
+        neighbour; a hidden (suppressed) record still answers, since the snapshot and the controls measure
+        the store as it is."""
+        adapter = env.adapter
+        if Capability.SEMANTIC_PROBE not in adapter.capabilities:
+            pytest.skip("no semantic probe declared")
+        import numpy as np
+
+        mine = env.write("conformance-subject", 3)
+        others = env.write("conformance-survivor", 3)
+        ids = [a.artifact_id for a in mine + others]
+        vectors = adapter.stored_vectors(ids + ["conformance-no-such-id"])
+        assert set(vectors) == set(ids)
+        target = mine[0].artifact_id
+
+        def unit(v):
+            v = np.asarray(v, dtype=np.float64)
+            return v / np.linalg.norm(v)
+
+        [near] = adapter.semantic_neighbours(np.stack([vectors[target]]), 3)
+        assert near.ids[0] == target and len(near.ids) == len(near.distances) == len(near.vectors) == 3, near
+        assert np.allclose(unit(near.vectors[0]), unit(vectors[target]), atol=1e-5)
+        [without] = adapter.semantic_neighbours(np.stack([vectors[target]]), 3, frozenset({target}))
+        assert target not in without.ids and len(without.ids) == 3, without
+        if Capability.HIDE in adapter.capabilities:
+            adapter.suppress(mine)
+            [hidden] = adapter.semantic_neighbours(np.stack([vectors[target]]), 3)
+            assert hidden.ids[0] == target, "a suppressed record must still answer the raw store's search"
+
     # -- errors -------------------------------------------------------------------------------
 
     def test_vendor_failures_leave_only_tombstone_errors(self, env: ConformanceEnv) -> None:
