@@ -27,8 +27,9 @@ LEVELS = (
      "that the bytes left the disk; paths that bypass the wrapper"),
     ("physical", "Are its bytes still stored?", "neither its id nor its content pattern occurs in any file the store"
      " keeps", "anything outside those files: backups, WAL archives, replicas, provider logs, freed disk blocks"),
-    ("semantic", "Did the neighbourhood keep a trace?", "a measurement only; it never blocks",
-     "presence or absence of the content"),
+    ("semantic", "Did the neighbourhood keep a trace?", "the hole the erasure left is the size of a normal"
+     " same-cluster deletion: nothing nearby still answers as if the artifact were there",
+     "presence or absence of the content; a measurement, not proof"),
     ("model", "Can the weights reproduce it?", "extraction and membership-inference attacks fail",
      "that stronger attacks fail"),
 )
