@@ -458,6 +458,14 @@ class ChromaAdapter(ChromaHooks, Adapter):
             patterns["content_normalised"] = fingerprint_bytes(normalised_fingerprint(artifact.fingerprint, artifact.inv_norm))
         return patterns
 
+    @classmethod
+    def scan_deleted(cls, store: str, options: Mapping[str, Any]):
+        """Queue rows of deleted ids, deleted HNSW slots, orphan segment folders and SQLite free space
+        (``forensics``)."""
+        from .forensics import scan_chroma
+
+        return scan_chroma(store, cls.backend, options)
+
     def physical_files(self) -> list[Path]:
         if not os.access(self.path, os.R_OK | os.X_OK):
             raise PhysicalUnsupportedError(f"persist directory {self.path} is not readable: logical level only",

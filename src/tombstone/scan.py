@@ -35,10 +35,14 @@ class ScanPlace:
     """The deleted records' ids it could recover (kept only with ``show_ids``)."""
     note: str = ""
     """What the numbers mean for this place, or why it was not looked at."""
+    bytes_count: bool = True
+    """Whether non-zero bytes alone make the place recoverable; False where the client's own housekeeping
+    (schema migrations, say) leaves free space in a store that never deleted a record, so only the deleted
+    records found there count."""
 
     @property
     def recoverable(self) -> bool:
-        return self.count > 0 or self.bytes > 0
+        return self.count > 0 or (self.bytes_count and self.bytes > 0)
 
     def as_json(self, show_ids: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"place": self.place, "kind": self.kind, "count": self.count, "bytes": self.bytes,

@@ -185,3 +185,47 @@ def test_a_backend_with_no_scan_says_so_in_one_line():
     assert result.exit_code == EXIT_BAD_INPUT, result.output
     assert "the pinecone adapter cannot scan for deleted data" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_chroma_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
+    chromadb = pytest.importorskip("chromadb")
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.chroma.wrapper import TombstoneCollection
+
+    config = init_deployment(tmp_path / "deploy", {"vectors": {"backend": "chroma", "path": "stores/vectors",
+                                                                "collection": "docs"}})
+    path = Path(config.stores["vectors"].options["path"])
+    chromadb.PersistentClient(path=str(path)).create_collection(
+        "docs", metadata={"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20},
+        embedding_function=None)
+    with Tombstone(config) as tomb:
+        col = TombstoneCollection(chromadb.PersistentClient(path=str(path)).get_collection("docs"),
+                                  lineage=tomb.lineage, store="vectors", embedder=HashingEmbedder(32))
+
+        def write(subject, n):
+            ids = [f"{subject}-chunk-{i:05d}" for i in range(n)]
+            col.add(ids=ids, documents=[f"{subject} text number {i} " * 5 for i in range(n)],
+                    metadatas=[{"n": i} for i in range(n)], subject=subject)
+            return ids
+
+        mine = write("alice", 5)
+        write("bob", 40)
+        code, report = scan_json(config.path, "vectors")
+        assert code == EXIT_OK, report
+        adapter = tomb.adapter("vectors")
+        adapter.native_delete([tomb.lineage.artifact("vectors", i) for i in mine])
+        before = hashes(path)
+        code, report = scan_json(config.path, "vectors")
+        assert hashes(path) == before, "the scan changed a byte of the store"
+        assert code == EXIT_ACTION_NEEDED
+        # Chroma purges its queue once persisted; the HNSW file still holds the deleted ids' vectors
+        slots = next(p for p in report["places"] if p["place"] == "HNSW segments")
+        assert set(slots["ids"]) == set(mine) and slots["bytes"] > 0
+        assert set(report["ids"]) == set(mine)
+        receipt, _ = tomb.erase("alice")
+        assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    code, report = scan_json(config.path, "vectors")
+    assert code == EXIT_OK, report
+    for ident in mine:
+        assert independent_scan(path, ident) == []
