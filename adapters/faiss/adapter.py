@@ -174,6 +174,13 @@ class FaissAdapter(FaissHooks, Adapter):
                                            store=self.store)
         return super().probe_physical(artifacts)
 
+    @classmethod
+    def scan_deleted(cls, store: str, options: Mapping[str, Any]):
+        """Vectors without a live id, excluded vectors and stale generations (``forensics``)."""
+        from .forensics import scan_faiss
+
+        return scan_faiss(store, cls.backend, options)
+
     def physical_files(self) -> list[Path]:
         if not os.access(self.dir, os.R_OK | os.X_OK):
             raise PhysicalUnsupportedError(f"store directory {self.dir} is not readable", store=self.store)

@@ -229,3 +229,37 @@ def test_chroma_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
     assert code == EXIT_OK, report
     for ident in mine:
         assert independent_scan(path, ident) == []
+
+
+def test_faiss_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
+    pytest.importorskip("faiss")
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.faiss.store import FaissStore
+
+    config = init_deployment(tmp_path / "deploy", {"vec": {"backend": "faiss", "path": "stores/vec"}})
+    path = Path(config.stores["vec"].options["path"])
+    FaissStore(path, dim=32)
+    with Tombstone(config) as tomb:
+        def write(subject, n):
+            ids = [f"{subject}-vec-{i:05d}" for i in range(n)]
+            FaissStore(path, lineage=tomb.lineage, store="vec", embedder=HashingEmbedder(32)).add(
+                ids, documents=[f"{subject} words number {i} " * 4 for i in range(n)], subject=subject)
+            return ids
+
+        mine = write("alice", 4)
+        write("bob", 6)
+        assert scan_json(config.path, "vec")[0] == EXIT_OK
+        adapter = tomb.adapter("vec")
+        adapter.native_delete([tomb.lineage.artifact("vec", i) for i in mine])  # HNSW: the mapping goes
+        before = hashes(path.parent)
+        code, report = scan_json(config.path, "vec")
+        assert hashes(path.parent) == before, "the scan changed a byte of the store"
+        assert code == EXIT_ACTION_NEEDED
+        orphans = next(p for p in report["places"] if p["kind"] == "vectors without a live id")
+        assert orphans["count"] == len(mine) and orphans["bytes"] > 0
+        receipt, _ = tomb.erase("alice")
+    code, report = scan_json(config.path, "vec")
+    assert code == EXIT_OK, report
+    for ident in mine:
+        assert independent_scan(path, ident) == []
