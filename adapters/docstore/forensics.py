@@ -12,6 +12,7 @@ every such region, and the deleted records it can carve there whose id no live r
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -170,6 +171,17 @@ def _nonzero(data: bytes, start: int, end: int) -> int:
     return len(chunk) - chunk.count(0)
 
 
+_ISLAND = re.compile(rb"[^\x00](?:\x00{0,3}[^\x00])*")
+
+
+def _nonzero_content(data: bytes, start: int, end: int) -> int:
+    """Non-zero bytes of a page's free space, less what is structure: with ``secure_delete`` on, a freed
+    cell is zeroed but the freeblock header written over its first four bytes stays (also once the
+    unallocated gap swallows it), so islands of at most four bytes are not counted."""
+    return sum(len(m.group()) - m.group().count(0) for m in _ISLAND.finditer(data, start, end)
+               if len(m.group()) > 4)
+
+
 def _btree_pages(data: bytes, page_size: int, roots: Sequence[int]) -> set[int]:
     pages: set[int] = set()
     todo = [r for r in roots if r]
@@ -192,8 +204,12 @@ def _btree_pages(data: bytes, page_size: int, roots: Sequence[int]) -> set[int]:
 
 
 def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sqlite3.Connection], set[str]],
-                shapes: Sequence[int], validate: Validate) -> ScanReport:
-    """Scan one SQLite database (and its WAL) for deleted data, on a private copy; never opens the original."""
+                shapes: Sequence[int], validate: Validate,
+                find_ids: Callable[[bytes], set[str]] | None = None) -> ScanReport:
+    """Scan one SQLite database (and its WAL) for deleted data, on a private copy; never opens the original.
+
+    ``find_ids``, when given, also reads ids out of each free region's bytes (for a store whose rows keep
+    the id inside a serialised value rather than in a column)."""
     report = ScanReport(store=store, backend=backend)
     database = Path(database)
     if not database.is_file():
@@ -241,6 +257,8 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
         for start, end in regions:
             free_bytes += _nonzero(data, start, end)
             free_ids |= carve(data, start, end, shapes, validate)
+            if find_ids is not None:
+                free_ids |= find_ids(data[start:end])
         trunk = int.from_bytes(data[base:base + 4], "big")
     free_deleted = free_ids - live
     report.places.append(ScanPlace(
@@ -260,8 +278,14 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
         content = int.from_bytes(data[header + 5:header + 7], "big") or 65536
         pointers_end = header + (8 if kind in (_LEAF_INDEX, _LEAF_TABLE) else 12) + 2 * cells
         if base + content > pointers_end:
-            block_bytes += _nonzero(data, pointers_end, base + content)
+            # the cell pointers of removed cells stay past the end of the array: structure, not data
+            gap = pointers_end
+            while gap + 2 <= base + content and pointers_end - base <= int.from_bytes(data[gap:gap + 2], "big") < usable:
+                gap += 2
+            block_bytes += _nonzero_content(data, gap, base + content)
             cell_ids |= carve(data, pointers_end, base + content, shapes, validate)
+            if find_ids is not None:
+                cell_ids |= find_ids(data[pointers_end:base + content])
         block = int.from_bytes(data[header + 1:header + 3], "big")
         visited: set[int] = set()
         while block and block not in visited and block + 4 <= usable:
@@ -269,8 +293,10 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
             size = int.from_bytes(data[base + block + 2:base + block + 4], "big")
             end = min(base + block + size, base + usable)
             blocks += 1
-            block_bytes += _nonzero(data, base + block + 4, end)
+            block_bytes += _nonzero_content(data, base + block + 4, end)
             cell_ids |= carve(data, base + block, end, shapes, validate, freeblock=True)
+            if find_ids is not None:
+                cell_ids |= find_ids(data[base + block:end])
             block = int.from_bytes(data[base + block:base + block + 2], "big")
     cell_deleted = cell_ids - live
     report.places.append(ScanPlace(

@@ -309,6 +309,14 @@ class QdrantAdapter(QdrantHooks, Adapter):
             patterns["content_pickled"] = pickled_floats(artifact.fingerprint)
         return patterns
 
+    @classmethod
+    def scan_deleted(cls, store: str, options: Mapping[str, Any]):
+        """SQLite free space of the collection's ``storage.sqlite``, deleted points named by their payload
+        id (``forensics``)."""
+        from .forensics import scan_qdrant
+
+        return scan_qdrant(store, cls.backend, options)
+
     def physical_files(self) -> list[Path]:
         if not os.access(self.path, os.R_OK | os.X_OK):
             raise PhysicalUnsupportedError(f"storage directory {self.path} is not readable", store=self.store)

@@ -263,3 +263,61 @@ def test_faiss_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
     assert code == EXIT_OK, report
     for ident in mine:
         assert independent_scan(path, ident) == []
+
+
+def test_qdrant_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import models
+
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from qdrant_client.local.persistence import CollectionPersistence
+    from qdrant_client.local.utils import normalize_point_id
+
+    from tombstone_adapters.qdrant import point_id
+    from tombstone_adapters.qdrant.adapter import close_local_clients, local_client
+    from tombstone_adapters.qdrant.wrapper import TombstoneQdrant
+
+    config = init_deployment(tmp_path / "deploy", {"qd": {"backend": "qdrant", "path": "stores/qd",
+                                                          "collection": "chunks"}})
+    path = config.stores["qd"].options["path"]
+    local_client(path).create_collection("chunks", vectors_config=models.VectorParams(
+        size=32, distance=models.Distance.COSINE))
+    with Tombstone(config) as tomb:
+        def write(subject, n):
+            ids = [f"{subject}-pt-{i:05d}" for i in range(n)]
+            TombstoneQdrant(local_client(path), "chunks", lineage=tomb.lineage, store="qd",
+                            embedder=HashingEmbedder(32)).upsert(
+                ids, documents=[f"{subject} words number {i} " * 4 for i in range(n)],
+                payloads=[{"n": i} for i in range(n)], subject=subject)
+            return ids
+
+        mine = write("alice", 4)
+        write("bob", 6)
+        assert scan_json(config.path, "qd")[0] == EXIT_OK
+        # the client's own delete: with this build's secure_delete on, SQLite zeroes the freed cells, and
+        # the scan agrees with an independent byte scan that nothing is left
+        adapter = tomb.adapter("qd")
+        adapter.native_delete([tomb.lineage.artifact("qd", i) for i in mine[:1]])
+        close_local_clients()
+        code, report = scan_json(config.path, "qd")
+        assert bool(report["ids"]) == bool(independent_scan(Path(path), mine[0]))
+        # the control: the same DELETE the client runs, with upstream SQLite's default (secure_delete off)
+        database = Path(path) / "collection" / "chunks" / "storage.sqlite"
+        con = sqlite3.connect(database)
+        con.execute("PRAGMA secure_delete=OFF")
+        with con:
+            con.executemany("DELETE FROM points WHERE id = ?", [
+                (CollectionPersistence.encode_key(normalize_point_id(point_id(i))),) for i in mine[1:]])
+        con.close()
+        before = hashes(Path(path))
+        code, report = scan_json(config.path, "qd")
+        assert hashes(Path(path)) == before, "the scan changed a byte of the store"
+        assert code == EXIT_ACTION_NEEDED
+        on_disk = {i for i in mine if independent_scan(Path(path), i)}
+        assert on_disk and set(report["ids"]) == on_disk
+        receipt, _ = tomb.erase("alice")
+    code, report = scan_json(config.path, "qd")
+    assert code == EXIT_OK, report
+    for ident in mine:
+        assert independent_scan(Path(path), ident) == []
