@@ -335,6 +335,13 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    @classmethod
+    def scan_deleted(cls, store: str, options: Mapping[str, Any]):
+        """Dead tuples and planner statistics of ids no live row has, read-only (``forensics``)."""
+        from .forensics import scan_pgvector
+
+        return scan_pgvector(cls, store, options)
+
     def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
         """The planner statistics (``pg_stats``): sample values survive VACUUM FULL until the next ANALYZE,
         and a byte scan cannot see values PostgreSQL compressed."""

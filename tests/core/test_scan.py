@@ -7,6 +7,7 @@ byte of the store.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -321,3 +322,40 @@ def test_qdrant_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
     assert code == EXIT_OK, report
     for ident in mine:
         assert independent_scan(Path(path), ident) == []
+
+
+def test_pgvector_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
+    psycopg = pytest.importorskip("psycopg")
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.pgvector import PgVectorStore, embedded_dsn
+
+    dsn = embedded_dsn(tmp_path / "pg" / "data")
+    table = "chunks_scan"
+    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table}})
+    with psycopg.connect(dsn, autocommit=True) as admin, Tombstone(config) as tomb:
+        PgVectorStore(admin, table, dim=32)
+
+        def write(subject, n):
+            ids = [f"{subject}-row-{i:05d}" for i in range(n)]
+            PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(32)).add(
+                ids, documents=[f"{subject} words number {i} " * 4 for i in range(n)], subject=subject)
+            return ids
+
+        mine = write("alice", 5)
+        write("bob", 20)
+        admin.execute(f"ANALYZE {table}")
+        with contextlib.suppress(psycopg.Error):
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        code, report = scan_json(config.path, "pg")
+        assert code == EXIT_OK, report
+        admin.execute(f"DELETE FROM {table} WHERE id = ANY(%s)", (mine,))  # the app's own delete
+        admin.execute("SELECT pg_stat_force_next_flush()")
+        code, report = scan_json(config.path, "pg")
+        assert code == EXIT_ACTION_NEEDED, report
+        stats = next(p for p in report["places"] if p["kind"].startswith("planner statistics"))
+        assert stats["ids"] and set(stats["ids"]) <= set(mine)
+        receipt, _ = tomb.erase("alice")
+        admin.execute("SELECT pg_stat_force_next_flush()")
+        code, report = scan_json(config.path, "pg")
+        assert code == EXIT_OK, report
