@@ -259,7 +259,8 @@ def test_an_artifact_its_probes_do_not_find_is_not_testable(minilm, backend, tmp
 
     entry = erase(config, f"subject-{target:03d}")
     assert entry["status"] == "UNVERIFIED", entry
-    assert entry["reason"].startswith("semantic: not testable, it is in its own Top-5 for "), entry["reason"]
+    assert entry["reason"] == ("semantic: not testable, it is in its own Top-5 for 0 of its 5 probe queries: its"
+                               " removal leaves no hole to measure"), entry["reason"]
     assert entry["action"] is None  # nothing a person can fix
     assert semantic_probe(entry)["ran"] is False
 
@@ -302,6 +303,21 @@ def test_the_default_levels_leave_semantic_out(tmp_path, hashing):
     assert "not enabled" in semantic_probe(entry)["detail"]["why"]
 
 
+def test_a_vector_written_without_text_is_measured_by_its_own_vector(hashing):
+    """No document, no fragment probes: the artifact's own vector is its one probe query, and the rank test
+    decides on it (a near-copy found, an ordinary deletion not)."""
+    target = pick_echo(hashing, near_copy)
+    store = memory(hashing)
+    vector = hashing([DOCS[target].text])[0]
+    store.remove(doc_id(target))
+    store.add(doc_id(target), vector, [], f"subject-{target:03d}")
+    ordinary = measure(store, [doc_id(target)], doc_id(target))
+    assert ordinary is not None and not ordinary.echo and ordinary.ci[0] == ordinary.ci[1] == ordinary.drift
+    store.add("echo", hashing([near_copy(DOCS[target])])[0], [], "someone-else")
+    found = measure(store, [doc_id(target)], doc_id(target))
+    assert found is not None and found.echo and found.rank == 1
+
+
 def test_decide_is_reproducible_and_calibrated():
     """The bootstrap is seeded from the artifact id; a target inside the controls is not an echo, one
     below all of them with a tight interval is."""
@@ -312,6 +328,8 @@ def test_decide_is_reproducible_and_calibrated():
     low = nb.decide([0.01, 0.012, 0.011, 0.009, 0.01], controls, "doc-1")
     assert low.echo and low.rank == 1 and low.p == pytest.approx(1 / 21) and low.ci[1] < 0.1
     assert not nb.decide([0.01, 0.012], controls[:10], "doc-1").echo  # ten controls cannot reach 0.05
+    single = nb.decide([0.01], controls, "doc-1")  # one usable query: its interval is the value itself
+    assert single.echo and single.ci == (0.01, 0.01)
 
 
 @pytest.mark.slow

@@ -44,8 +44,9 @@ CONTROLS = 20
 """How many same-cluster controls are chosen."""
 MIN_CONTROLS = 19
 """Fewer controls cannot put the target's rank below ``ALPHA`` (the smallest p is 1/(controls + 1))."""
-MIN_PROBES = 2
-"""Fewer usable probe queries than this and the artifact is not testable."""
+MIN_PROBES = 1
+"""Fewer usable probe queries than this and the artifact is not testable (with one, its bootstrap interval is
+its single drift, and the rank test alone decides: a vector written without text has no fragment probes)."""
 ALPHA = 0.05
 """Significance of the rank test."""
 CONFIDENCE = 0.95
@@ -221,8 +222,9 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
                                 "queries_asked": len(queries), "noise_floor_repeat": max(repeat, default=0.0)}
         if len(probes) < MIN_PROBES:
             meta.update(outcome="not testable",
-                        why=f"it is in its own Top-{TOP} for {len(probes)} of {len(queries)} probe queries,"
-                            f" fewer than the {MIN_PROBES} a measurement needs")
+                        why=f"it is in its own Top-{TOP} for {len(probes)} of its {len(queries)} probe queries"
+                            + (": its removal leaves no hole to measure" if not probes
+                               else f", fewer than the {MIN_PROBES} a measurement needs"))
             out[aid] = Snapshot(meta)
             continue
         controls = _choose_controls(adapter, call, own[aid], erased, erasing_subjects, artifact, probe_vectors)
