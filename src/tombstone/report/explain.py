@@ -83,6 +83,13 @@ def _unverified(reason: str, action: str | None, logical_passed: bool) -> Explan
         return Explanation(f"The byte scan of the store's files could not run (the status says why), so nothing is"
                            f" claimed about storage.{passed}",
                            "That the bytes are still there: only that they were not checked.")
+    if reason.startswith("semantic"):
+        return Explanation("The query paths and the store's files were checked and found nothing, but the"
+                           " neighbourhood could not be measured: none of the artifact's probe queries finds it among"
+                           " their first results, so its removal leaves no hole to compare with ordinary deletions."
+                           " Nothing a person can fix here.",
+                           "Whether a near-copy, paraphrase or summary of it remains in the store.",
+                           ceiling=action is None)
     return Explanation("It could not be checked, so nothing is claimed.", "Presence or absence.")
 
 
