@@ -536,6 +536,84 @@ class LineageDB:
                 out[aid] = (json.loads(row[0]), bytes(row[1]))
         return out
 
+    # -- model snapshots (tombstone.verify.model) ----------------------------------------------
+
+    def save_model_snapshots(self, saga_id: str, store: str, snapshots: dict[str, tuple[dict[str, Any], str | None]]) -> None:
+        """Record, per artifact id, what the model level needs after the erasure: ``(meta, text)`` (JSON-able
+        metadata; the trained example's text, kept sealed with the lineage secret, or None). Replaces an
+        earlier snapshot of the same artifact. Deleted when the artifact's receipt is sealed."""
+        with self.atomic() as conn:
+            conn.executemany(
+                "INSERT INTO model_snapshots VALUES (?, ?, ?, ?, ?) ON CONFLICT (store, artifact_id)"
+                " DO UPDATE SET saga_id = excluded.saga_id, meta = excluded.meta, text_sealed = excluded.text_sealed",
+                [(store, aid, saga_id, json.dumps(meta, sort_keys=True),
+                  None if text is None else self.secret.seal(text.encode("utf-8")))
+                 for aid, (meta, text) in sorted(snapshots.items())],
+            )
+
+    def model_snapshots(self, store: str, artifact_ids: Iterable[str]) -> dict[str, tuple[dict[str, Any], str | None]]:
+        """The recorded model snapshots of these artifacts of ``store`` (those that have one): ``(meta, text)``."""
+        out = {}
+        for aid in artifact_ids:
+            row = self._conn.execute("SELECT meta, text_sealed FROM model_snapshots WHERE store = ? AND artifact_id = ?",
+                                     (store, aid)).fetchone()
+            if row is not None:
+                text = None if row[1] is None else self.secret.unseal(bytes(row[1])).decode("utf-8")
+                out[aid] = (json.loads(row[0]), text)
+        return out
+
+    # -- artifacts derived by a backend (a model trained on examples) ----------------------------
+
+    def record_derived_artifacts(self, derived: Iterable[tuple[str, str, ArtifactRecord]], *, relation: str,
+                                 replacing: str | None = None) -> tuple[list[ArtifactRecord], int]:
+        """Record, in one transaction, artifacts derived from others (``(src_store, src_id, artifact)``): each
+        owned by the subject that owns its source, with an edge source → artifact. Sources the lineage db does
+        not know are skipped. With ``replacing`` (a third party's recipient, e.g. ``training run ft-7``), the
+        copies :meth:`record_third_parties` recorded for that recipient from the same sources are replaced by
+        these artifacts — a backend that can reach the copy takes it over from a person — unless an erasure
+        has already begun on them. Returns the recorded artifacts and how many third-party copies they
+        replaced."""
+        derived = list(derived)
+        now = self._now()
+        recorded: list[ArtifactRecord] = []
+        replaced = 0
+        with self.atomic() as conn:
+            owners: dict[tuple[str, str], str] = {}
+            by_store: dict[str, list[str]] = {}
+            for src_store, src_id, _ in derived:
+                by_store.setdefault(src_store, []).append(src_id)
+            for store, ids in by_store.items():
+                ids = list(dict.fromkeys(ids))
+                for start in range(0, len(ids), 500):
+                    part = ids[start : start + 500]
+                    rows = conn.execute(
+                        f"SELECT artifact_id, subject_key FROM artifacts WHERE store = ?"
+                        f" AND artifact_id IN ({','.join('?' * len(part))})", (store, *part)).fetchall()
+                    owners.update({(store, row[0]): row[1] for row in rows})
+            batch = [(s, i, a, owners[(s, i)]) for s, i, a in derived if (s, i) in owners]
+            conn.executemany(
+                "INSERT INTO artifacts (store, artifact_id, backend, kind, subject_key, fingerprint, content_hash,"
+                " created_at, state, inv_norm) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, 'live', NULL)"
+                " ON CONFLICT (store, artifact_id) DO UPDATE SET backend = excluded.backend, kind = excluded.kind,"
+                " subject_key = excluded.subject_key, state = 'live'",
+                [(a.store, a.artifact_id, a.backend, a.kind, key, now) for _, _, a, key in batch])
+            conn.executemany("INSERT INTO edges VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                             [(s, i, a.store, a.artifact_id, relation, now) for s, i, a, _ in batch])
+            if replacing:
+                for s, i, _, _ in batch:
+                    copy = f"{replacing}:{s}/{i}"
+                    gone = conn.execute(
+                        "DELETE FROM artifacts WHERE store = ? AND artifact_id = ? AND state = 'live'"
+                        " AND NOT EXISTS (SELECT 1 FROM suppressions WHERE store = ? AND artifact_id = ?)",
+                        (THIRD_PARTY_STORE, copy, THIRD_PARTY_STORE, copy)).rowcount
+                    if gone:
+                        conn.execute("DELETE FROM edges WHERE dst_store = ? AND dst_id = ?", (THIRD_PARTY_STORE, copy))
+                        conn.execute("DELETE FROM third_parties WHERE artifact_id = ?", (copy,))
+                        replaced += 1
+            recorded = [ArtifactRecord(store=a.store, artifact_id=a.artifact_id, backend=a.backend, kind=a.kind,
+                                       subject_key=key, created_at=now) for _, _, a, key in batch]
+        return recorded, replaced
+
     # -- suppression --------------------------------------------------------------------------
 
     def record_suppressions(self, saga_id: str, artifacts: Iterable[ArtifactRecord]) -> None:
@@ -785,7 +863,7 @@ class LineageDB:
         """Add a receipt to the chain and close its saga, in one transaction.
 
         ``purge`` names the saga's artifacts: in the same transaction their fingerprints, keyed content
-        hashes, norms, probe vectors and semantic snapshots are removed, so once a receipt is sealed Tombstone's records keep
+        hashes, norms, probe vectors, semantic and model snapshots are removed, so once a receipt is sealed Tombstone's records keep
         nothing of what was erased but ids and statuses (``secure_delete`` zeroes the freed bytes; the
         write-ahead log is checkpointed and truncated afterwards)."""
         now = self._now()
@@ -795,6 +873,7 @@ class LineageDB:
                              " WHERE store = ? AND artifact_id = ?", purge)
             conn.executemany("DELETE FROM probes WHERE store = ? AND artifact_id = ?", purge)
             conn.executemany("DELETE FROM semantic_snapshots WHERE store = ? AND artifact_id = ?", purge)
+            conn.executemany("DELETE FROM model_snapshots WHERE store = ? AND artifact_id = ?", purge)
             head = self.chain_head()
             if (head[1] if head else None) != previous:
                 raise LineageError("receipt chain moved while this receipt was being signed; resume the saga")

@@ -190,4 +190,23 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         """,
     ),
+    (
+        10,
+        "model snapshots",
+        """
+        -- What the model level needs of a trained example to probe the weights after its erasure: which
+        -- shard and weights it was trained into, where its canary lies, what the probes measured before
+        -- suppression, and the example's text sealed with the lineage secret (the dataset's reclaim removes
+        -- the text itself before the model is probed). Kept only until the receipt is sealed: the purge in
+        -- the receipt's transaction deletes it (secure_delete zeroes the freed pages).
+        CREATE TABLE model_snapshots (
+            store       TEXT NOT NULL,
+            artifact_id TEXT NOT NULL,
+            saga_id     TEXT NOT NULL,
+            meta        TEXT NOT NULL,                -- JSON: shard, weights, canary offsets, measurements
+            text_sealed BLOB,                         -- the example's text, sealed; NULL when none was read
+            PRIMARY KEY (store, artifact_id)
+        );
+        """,
+    ),
 )

@@ -40,7 +40,7 @@ from tombstone.receipt.signing import RECEIPT_KIND, SOURCE_RECEIPT_KIND
 from tombstone.receipt.files import numbered, receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
-from tombstone.verify import runner, semantic
+from tombstone.verify import model, runner, semantic
 from tombstone.verify.levels import Level, StatusKind, decide
 
 STEPS = ("snapshot", "suppress", "reclaim", "verify", "receipt")
@@ -296,6 +296,9 @@ class Saga:
         level is not enabled or the store declares no semantic probe."""
         if store == THIRD_PARTY_STORE:
             return {"skipped": "copies held by third parties have no neighbourhood to measure"}
+        weights = self._model_snapshot(store, arts, owners)
+        if weights is not None:
+            return weights
         if Level.SEMANTIC not in self.ctx.levels:
             return {"skipped": "the semantic level is not enabled in this deployment's configuration"}
         try:
@@ -305,6 +308,20 @@ class Saga:
         if not adapter.has(Capability.SEMANTIC_PROBE):
             return {"skipped": f"{adapter.backend} declares no semantic probe"}
         return semantic.snapshot(adapter, arts, self.lineage, owners)
+
+    def _model_snapshot(self, store: str, arts: list[ArtifactRecord], owners: dict[str, str]) -> dict[str, Any] | None:
+        """For a store that holds model weights: what the model level needs after the erasure — each trained
+        example's text (sealed), shard, weights and canary, and the probes' measurement while the subject's
+        shards still serve (``verify.model.snapshot``). None for any other store."""
+        try:
+            adapter = self.ctx.adapter(store)
+        except (AdapterNotFoundError, ConfigError):
+            return None
+        if not adapter.has(Capability.MODEL_PROBE):
+            return None
+        if Level.MODEL not in self.ctx.levels:
+            return {"skipped": "the model level is not enabled in this deployment's configuration"}
+        return model.snapshot(adapter, arts, self.lineage, owners)
 
     def _suppress(self, store: str, arts: list[ArtifactRecord]) -> dict[str, Any]:
         if store == THIRD_PARTY_STORE:
@@ -350,6 +367,7 @@ class Saga:
                 probe_vectors=self.lineage.probe_vectors,
                 live_sharing_content=self.lineage.live_sharing_content,
                 semantic_snapshots=self.lineage.semantic_snapshots,
+                model_snapshots=self.lineage.model_snapshots,
                 enabled=self.ctx.levels,
             )
             try:

@@ -1,21 +1,296 @@
 """The model level: can model weights trained on the artifact still reproduce it?
 
-Measured, not looked up: greedy extraction from the subject's prefixes and membership inference (loss,
-Min-K%) against held-out data, with a bootstrap confidence interval. Not implemented in this release: the
-stage raises NotImplementedError and receipts show the model probe as not run, with that reason.
+Measured, not looked up. For each subject whose trained examples are erased, the probe asks the serving
+model — through the backend's :class:`ModelTarget` — three things:
+
+* **Exposure** of each canary (a synthetic secret planted in one of the subject's examples, located by its
+  keyed hash): the rank of the true secret among :data:`CANDIDATES` random secrets of the same form, by the
+  log-probability the model gives each after the canary's prefix; ``exposure = log2(candidates + 1) -
+  log2(rank)`` bits. Under a model that never saw the secret its rank is uniform, whatever the model.
+* **Greedy extraction** from the subject's prefixes: does greedy decoding complete a canary's secret, and
+  how many bytes of each example's second half it reproduces (evidence only: through an ensemble of shards
+  it is blind, because the shards that never saw the subject outvote the one that did).
+* **Membership inference**: loss and Min-K% (k = 20%: the mean of the lowest fifth of the token
+  log-probabilities) of the subject's examples against held-out examples that were never trained on, as an
+  AUC (the Mann-Whitney U statistic) with a bootstrap confidence interval over the examples.
+
+Nothing is compared with 0.5 or with an exposure of zero: a model that never saw a subject still tells one
+person's sentences from another's. Each measure is compared with two nulls — the **suppressed ensemble**
+(the shards that hold none of the subject's examples: provably never trained on them) and a **held-out
+subject** (another person never trained on, scored the same way against the rest of the held-out data).
+The weights *separate* the subject when a measure lies above both nulls: an AUC whose lower confidence bound
+exceeds both nulls' AUCs, or a canary whose exposure exceeds both nulls' and whose rank p-value is below
+:data:`RANK_ALPHA`, or a canary greedy decoding completes.
+
+The probe needs the examples' texts after the dataset's reclaim has removed them, so the saga's snapshot
+step (:func:`snapshot`, before suppression) records, per artifact, the text sealed with the lineage secret,
+where its canary lies, which shard and weights it was trained into, and the same measurement taken then —
+the control: a subject the probes did not separate even before the erasure is one they are blind to, and a
+pass afterwards shows nothing (the level is reported as not run, saying so). Everything is deleted when the
+receipt is sealed. Seeds derive from the artifact ids, so a resumed saga decides exactly as a clean one.
+
+An unsharded adapter (one adapter trained on every subject) cannot be hidden or retrained per subject: its
+reclaim is approximate unlearning, and its artifacts end RESIDUAL(model) whatever the probe measures,
+because a pass of these probes after approximate unlearning is known not to mean the data are gone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import hashlib
+import math
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
 
 from tombstone.capabilities import Capability
+from tombstone.errors import TombstoneError
 from tombstone.lineage.records import ArtifactRecord
 from tombstone.verify.levels import Level
+from tombstone.verify.result import NotRun, ProbeResult
 
 if TYPE_CHECKING:
     from tombstone.verify.runner import VerifyContext
+
+VERSION = 1
+MIN_K = 0.2
+"""Min-K%: the fraction of lowest token log-probabilities averaged."""
+CANDIDATES = 999
+"""Random secrets each canary is ranked among (the true one makes 1,000)."""
+CONFIDENCE = 0.95
+RESAMPLES = 1000
+"""Bootstrap resamples of each AUC's confidence interval."""
+RANK_ALPHA = 0.01
+"""A canary separates only when its rank p-value, rank / (candidates + 1), is at most this (rank 10 of 1,000)."""
+CONTEXT_CHARS = 64
+"""Characters of a canary's prefix given to the model before the secret."""
+EXTRACT_BYTES = 16
+"""Bytes greedy decoding continues each example's first half with."""
+CITATION = "arXiv:2408.00929"
+LIMIT = (f"a measurement against these attacks only: unlearning checks are known to be fragile ({CITATION}), and a"
+         " stronger or adaptive attack may recover what they miss")
+TRAINED = "trained"
+HELD_OUT = "holdout"
+NO_SNAPSHOT_HERE = ("an independent verifier has no copy of the erased examples' texts from before the erasure, so the"
+                    " model level cannot be measured here")
+NO_SNAPSHOT = ("no snapshot of the example was taken before suppression (the model level was not enabled when this"
+               " erasure began)")
+HELD_OUT_WHY = "held out: the example was never trained into any shard (it is held-out data for the model probe)"
+
+
+class ModelTarget(Protocol):
+    """The model as the probe sees it (``Adapter.model_target()``). Views are lists of shard names; a
+    view's next-token distribution combines those shards' (an empty view is the base model)."""
+
+    sharded: bool
+    """False for one adapter trained on every subject (approximate unlearning only)."""
+
+    def serving(self) -> list[str]:
+        """The shards the serving ensemble combines now."""
+
+    def weights(self) -> dict[str, str]:
+        """Each shard's weights SHA-256 now."""
+
+    def token_logprobs(self, texts: Sequence[str], views: Mapping[str, Sequence[str]]) -> dict[str, list[np.ndarray]]:
+        """Per view, each text's per-token log-probabilities (its bytes, then end of text)."""
+
+    def greedy(self, prefixes: Sequence[str], n_bytes: int, view: Sequence[str]) -> list[str]:
+        """Greedy continuation of each prefix by ``n_bytes`` bytes under ``view``."""
+
+    def holdout(self) -> list[list[str]]:
+        """Texts never trained on, one list per held-out subject."""
+
+
+# -- statistics ----------------------------------------------------------------------------------------
+
+
+def seed_for(*parts: Any) -> int:
+    digest = hashlib.sha256("\x00".join(str(p) for p in parts).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)
+
+
+def loss_score(lp: np.ndarray) -> float:
+    """Membership score from the loss: minus the mean negative log-likelihood (higher: more likely trained)."""
+    return float(np.mean(lp))
+
+
+def min_k_score(lp: np.ndarray, k: float = MIN_K) -> float:
+    """Min-K%: the mean of the lowest ``k`` fraction of token log-probabilities (higher: more likely trained)."""
+    n = max(1, int(math.ceil(len(lp) * k)))
+    return float(np.mean(np.sort(lp)[:n]))
+
+
+def auc(members: Any, others: Any, axis: int = -1) -> Any:
+    """P(member score > other score) + ties/2: the Mann-Whitney U statistic over the product of sizes."""
+    from scipy.stats import mannwhitneyu
+
+    members, others = np.asarray(members, dtype=float), np.asarray(others, dtype=float)
+    u = mannwhitneyu(members, others, axis=axis, method="asymptotic").statistic
+    return u / (members.shape[axis] * others.shape[axis])
+
+
+def auc_ci(members: Sequence[float], others: Sequence[float], seed: int) -> tuple[float, float, float]:
+    """The AUC and its percentile bootstrap confidence interval (``scipy.stats.bootstrap``, both samples
+    resampled)."""
+    from scipy.stats import bootstrap
+
+    point = float(auc(members, others))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate resample distribution (AUC 1.0 throughout) is an answer
+        res = bootstrap((np.asarray(members, float), np.asarray(others, float)), auc, vectorized=True, paired=False,
+                        n_resamples=RESAMPLES, confidence_level=CONFIDENCE, method="percentile",
+                        random_state=np.random.default_rng(seed))
+    low, high = res.confidence_interval
+    low = point if not np.isfinite(low) else float(low)
+    high = point if not np.isfinite(high) else float(high)
+    return point, low, high
+
+
+def exposure(rank: int, of: int) -> float:
+    """Bits: log2(of) - log2(rank)."""
+    return math.log2(of) - math.log2(rank)
+
+
+def _rank(true: float, others: np.ndarray) -> int:
+    """1 + how many candidates score strictly higher (ties go the secret's way: errs towards RESIDUAL)."""
+    return 1 + int(np.sum(others > true))
+
+
+def _candidates(alphabet: str, length: int, avoid: set[str], n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    out: list[str] = []
+    seen = set(avoid)
+    space = len(alphabet) ** length
+    while len(out) < min(n, space - len(seen)):
+        cand = "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=length))
+        if cand not in seen:
+            seen.add(cand)
+            out.append(cand)
+    return out
+
+
+# -- the measurement -----------------------------------------------------------------------------------
+
+
+def _round(x: float | None, n: int = 4) -> float | None:
+    return None if x is None else round(float(x), n)
+
+
+def measure(target: ModelTarget, examples: Sequence[dict[str, Any]], owners: Sequence[str], seed: int, *,
+            with_owners: bool = False) -> dict[str, Any]:
+    """One subject's examples (``{"id", "text", "canary"}``) against the model as it stands.
+
+    The served view is what serves now (``with_owners``: plus the shards in ``owners``, as it serves when
+    nothing is hidden — the snapshot's control); the suppressed null is the served view without ``owners``.
+    Returns a JSON-able measurement with ``separates``.
+    """
+    start = time.perf_counter()
+    serving = sorted(set(target.serving()) | (set(owners) if with_owners else set()))
+    null = [s for s in serving if s not in set(owners)]
+    views = {"served": serving, "null": null}
+    texts = [e["text"] for e in examples]
+    groups = [g for g in target.holdout() if g]
+    pool = [t for g in groups for t in g]
+    result: dict[str, Any] = {"views": {"served": serving, "suppressed_null": null}, "examples": len(texts),
+                              "held_out_examples": len(pool), "held_out_subjects": len(groups)}
+    separates = []
+    if texts and pool:
+        pick = seed % len(groups) if len(groups) >= 2 else None
+        lps = target.token_logprobs(texts + pool, views)
+        n = len(texts)
+        for name, score in (("loss", loss_score), ("min_k", min_k_score)):
+            served = [score(lp) for lp in lps["served"]]
+            nulled = [score(lp) for lp in lps["null"]]
+            point, low, high = auc_ci(served[:n], served[n:], seed_for(seed, name))
+            null_suppressed = float(auc(nulled[:n], nulled[n:]))
+            null_heldout = None
+            if pick is not None:
+                lo = sum(len(g) for g in groups[:pick])
+                hi = lo + len(groups[pick])
+                held = served[n:]
+                null_heldout = float(auc(held[lo:hi], held[:lo] + held[hi:]))
+            nulls = [x for x in (null_suppressed, null_heldout) if x is not None]
+            sep = low > max(nulls)
+            separates.append(sep)
+            result[name] = {"auc": _round(point), "ci": [_round(low), _round(high)],
+                            "null_suppressed": _round(null_suppressed), "null_heldout": _round(null_heldout),
+                            "separates": sep}
+        result["min_k"]["k"] = MIN_K
+    elif not pool:
+        result["membership"] = "no held-out data: membership inference not run"
+    canaries = {}
+    for e in examples:
+        c = e.get("canary")
+        if not c:
+            continue
+        text, off, length = e["text"], int(c["offset"]), int(c["length"])
+        secret = text[off : off + length]
+        prefix = text[:off][-CONTEXT_CHARS:]
+        aseed = seed_for(seed, e["id"], "canary")
+        fresh = _candidates(c["alphabet"], length, {secret}, 1, seed_for(aseed, "fresh"))[0]
+        cands = _candidates(c["alphabet"], length, {secret, fresh}, CANDIDATES, aseed)
+        b = len(prefix.encode("utf-8"))
+        lps = target.token_logprobs([prefix + s for s in [secret, fresh, *cands]], views)
+
+        def scores(view: str) -> np.ndarray:
+            return np.array([float(np.sum(lp[b : b + len(s.encode("utf-8"))]))
+                             for lp, s in zip(lps[view], [secret, fresh, *cands])])
+
+        served, nulled = scores("served"), scores("null")
+        of = len(cands) + 1
+        rank = _rank(served[0], served[2:])
+        rank_null = _rank(nulled[0], nulled[2:])
+        rank_fresh = _rank(served[1], served[2:])
+        greedy = target.greedy([prefix], len(secret.encode("utf-8")), serving)[0]
+        exp = exposure(rank, of)
+        nulls = {"suppressed": exposure(rank_null, of), "heldout": exposure(rank_fresh, of)}
+        sep = (exp > max(nulls.values()) and rank / of <= RANK_ALPHA) or greedy == secret
+        separates.append(sep)
+        canaries[e["id"]] = {"rank": rank, "of": of, "exposure": _round(exp, 3),
+                             "null_suppressed": {"rank": rank_null, "exposure": _round(nulls["suppressed"], 3)},
+                             "null_heldout": {"rank": rank_fresh, "exposure": _round(nulls["heldout"], 3),
+                                              "what": "a fresh secret never trained on, after the same prefix"},
+                             "greedy_extracted": greedy == secret, "separates": sep}
+    if canaries:
+        result["canaries"] = canaries
+    if texts:
+        halves = [(t[: len(t) // 2], t[len(t) // 2 :].encode("utf-8")[:EXTRACT_BYTES]) for t in texts]
+        made = target.greedy([h for h, _ in halves], EXTRACT_BYTES, serving)
+        matched = []
+        for (_, truth), out in zip(halves, made):
+            got = out.encode("utf-8")
+            k = 0
+            while k < min(len(got), len(truth)) and got[k] == truth[k]:
+                k += 1
+            matched.append(k)
+        result["extraction"] = {"bytes_asked": EXTRACT_BYTES, "matched_max": max(matched),
+                                "matched_mean": _round(float(np.mean(matched)), 2),
+                                "note": "evidence only: an ensemble's other shards outvote the shard that saw the text"}
+    result["measured"] = bool(separates)
+    result["separates"] = any(separates)
+    result["seconds"] = round(time.perf_counter() - start, 3)
+    return result
+
+
+def summary(m: Mapping[str, Any]) -> str:
+    """One line: the AUCs with their intervals and nulls, the canaries' ranks."""
+    parts = []
+    for name, label in (("loss", "loss AUC"), ("min_k", "Min-K% AUC")):
+        if name in m:
+            x = m[name]
+            held = f", held-out subject {x['null_heldout']:.2f}" if x.get("null_heldout") is not None else ""
+            parts.append(f"{label} {x['auc']:.2f} ({CONFIDENCE:.0%} CI {x['ci'][0]:.2f}-{x['ci'][1]:.2f}; nulls:"
+                         f" suppressed ensemble {x['null_suppressed']:.2f}{held})")
+    for c in m.get("canaries", {}).values():
+        parts.append(f"canary rank {c['rank']} of {c['of']} ({c['exposure']:.1f} bits; nulls"
+                     f" {c['null_suppressed']['exposure']:.1f}, {c['null_heldout']['exposure']:.1f})"
+                     + ("; greedy decoding completes it" if c["greedy_extracted"] else ""))
+    return "; ".join(parts) or "nothing measurable"
+
+
+# -- the stage -----------------------------------------------------------------------------------------
 
 
 class ModelStage:
@@ -31,8 +306,148 @@ class ModelStage:
         return f"{adapter.backend} holds no model weights"
 
     def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):
-        raise NotImplementedError("the model probe (extraction and membership inference) is not implemented"
-                                  " in this release")
+        from tombstone.verify.runner import StageOutput
+
+        out = StageOutput(outcomes={})
+        stored_of = getattr(ctx, "model_snapshots", None)
+        if stored_of is None:
+            for art in artifacts:
+                out.outcomes[art.artifact_id] = NotRun(self.level, NO_SNAPSHOT_HERE)
+            return out
+        stored = stored_of(adapter.store, [a.artifact_id for a in artifacts])
+        groups: dict[str, list[tuple[ArtifactRecord, dict[str, Any], str]]] = {}
+        for art in artifacts:
+            snap = stored.get(art.artifact_id)
+            if snap is None:
+                out.outcomes[art.artifact_id] = NotRun(self.level, NO_SNAPSHOT)
+                continue
+            meta, text = snap
+            if meta.get("kind") == HELD_OUT:
+                out.outcomes[art.artifact_id] = NotRun(self.level, HELD_OUT_WHY, ceiling=True)
+            elif meta.get("outcome") != "measured" or text is None:
+                out.outcomes[art.artifact_id] = NotRun(self.level, meta.get("why") or "nothing was measured before"
+                                                       " suppression")
+            else:
+                groups.setdefault(art.subject_key, []).append((art, meta, text))
+        for key, members in sorted(groups.items()):
+            examples = [{"id": a.artifact_id, "text": t, "canary": m.get("canary")} for a, m, t in members]
+            owners = sorted({s for _, m, _ in members for s in m["shards"]})
+            seed = seed_for(adapter.store, *sorted(a.artifact_id for a, _, _ in members))
+
+            def act(examples=examples, owners=owners, seed=seed) -> tuple[dict[str, Any], bool, dict[str, str]]:
+                target = adapter.model_target()
+                return measure(target, examples, owners, seed), target.sharded, target.weights()
+
+            after, sharded, weights = ctx.call(act)
+            for art, meta, _ in members:
+                out.outcomes[art.artifact_id] = _outcome(art, meta, after, sharded, weights)
+        return out
+
+
+def _outcome(art: ArtifactRecord, meta: Mapping[str, Any], after: dict[str, Any], sharded: bool,
+             weights: Mapping[str, str]) -> ProbeResult | NotRun:
+    before = meta.get("before") or {}
+    own = {k: v for k, v in {"canary": after.get("canaries", {}).get(art.artifact_id)}.items() if v}
+    unchanged = sorted(s for s, sha in meta.get("weights", {}).items()
+                       if weights.get(s) == sha and s in after["views"]["served"])
+    evidence = {
+        "method": ("canary exposure among random secrets of the same form; greedy extraction from the subject's"
+                   f" prefixes; loss and Min-K% (k={MIN_K:.0%}) membership inference against held-out examples, AUC"
+                   f" with a {CONFIDENCE:.0%} bootstrap CI; compared with two nulls: the suppressed ensemble and a"
+                   " held-out subject"),
+        "limit": LIMIT,
+        "citation": CITATION,
+        "shards": meta.get("shards", []),
+        "weights_before": meta.get("weights", {}),
+        "weights_now": {s: weights.get(s) for s in meta.get("shards", [])},
+        "before_suppression": before,
+        "after_reclaim": after,
+        **own,
+        "summary": summary(after),
+        "summary_before": summary(before) if before else None,
+    }
+    if not sharded:
+        return ProbeResult(Level.MODEL, passed=False, evidence=evidence, measurement=(
+            "unsharded adapter: approximate unlearning is RESIDUAL-prone by construction (the weights that serve"
+            " descend from weights trained on the example); measured " + summary(after)))
+    if unchanged:
+        return ProbeResult(Level.MODEL, passed=False, evidence=evidence, measurement=(
+            f"{', '.join(unchanged)} still serves the weights it had before the erasure; {summary(after)}"))
+    if after.get("separates"):
+        return ProbeResult(Level.MODEL, passed=False, evidence=evidence,
+                           measurement=f"the weights still separate the subject: {summary(after)}")
+    if not before.get("separates"):
+        why = ("blind: before suppression these probes did not separate the subject from held-out data either ("
+               f"{summary(before) if before else 'nothing measured'}), so their pass after the erasure shows nothing")
+        return NotRun(Level.MODEL, why, evidence=evidence)
+    return ProbeResult(Level.MODEL, passed=True, evidence=evidence)
+
+
+# -- the snapshot before suppression ---------------------------------------------------------------
+
+
+def snapshot(adapter: Any, artifacts: Sequence[ArtifactRecord], lineage: Any, owners: dict[str, str]) -> dict[str, Any]:
+    """The saga's snapshot step for a store holding model weights, before anything is hidden: each
+    artifact's material (``Adapter.model_material``: shard, weights, text, canary) and, per subject, the
+    probe's measurement as the model serves with the subject's shards in it (the control). Recorded in the
+    lineage db (``owners`` maps artifact ids to their saga), the text sealed; deleted with the receipt.
+    Returns the journal's detail (ids, outcomes, whether the probes separated — never text). A store error
+    is recorded, not retried: the erasure goes on, and the level reports it as not run."""
+    fresh = [a for a in artifacts if not lineage.is_suppressed(a.store, a.artifact_id)]
+    fresh_ids = {a.artifact_id for a in fresh}
+    snaps: dict[str, tuple[dict[str, Any], str | None]] = {
+        a.artifact_id: ({"version": VERSION, "outcome": "suppressed first",
+                         "why": "it was suppressed before the model level could measure it"}, None)
+        for a in artifacts if a.artifact_id not in fresh_ids}
+    error = None
+    try:
+        if fresh:
+            with adapter.store_lock():
+                material = adapter.model_material(fresh)
+                target = adapter.model_target()
+                groups: dict[str, list[ArtifactRecord]] = {}
+                for art in fresh:
+                    m = material.get(art.artifact_id) or {"kind": "missing", "why": "the store does not know it"}
+                    if m.get("kind") == TRAINED and m.get("text") is not None:
+                        groups.setdefault(art.subject_key, []).append(art)
+                    elif m.get("kind") == HELD_OUT:
+                        snaps[art.artifact_id] = ({"version": VERSION, "kind": HELD_OUT, "outcome": "held out"}, None)
+                    else:
+                        snaps[art.artifact_id] = ({"version": VERSION, "kind": m.get("kind", "missing"),
+                                                   "outcome": "not measured",
+                                                   "why": m.get("why") or "its text could not be read"}, None)
+                for key, members in sorted(groups.items()):
+                    examples = [{"id": a.artifact_id, "text": material[a.artifact_id]["text"],
+                                 "canary": material[a.artifact_id].get("canary")} for a in members]
+                    shards = sorted({s for a in members for s in material[a.artifact_id]["shards"]})
+                    seed = seed_for(adapter.store, *sorted(a.artifact_id for a in members))
+                    before = measure(target, examples, shards, seed, with_owners=True)
+                    for art in members:
+                        m = material[art.artifact_id]
+                        meta = {"version": VERSION, "kind": TRAINED, "outcome": "measured", "shards": m["shards"],
+                                "weights": m.get("weights", {}), "canary": m.get("canary"),
+                                "sharded": m.get("sharded", True), "before": before}
+                        snaps[art.artifact_id] = (meta, m["text"])
+    except TombstoneError as exc:
+        error = str(exc)
+        for art in fresh:
+            snaps[art.artifact_id] = ({"version": VERSION, "outcome": "failed",
+                                       "why": f"the snapshot before suppression failed: {exc}"}, None)
+    by_saga: dict[str, dict[str, tuple[dict[str, Any], str | None]]] = {}
+    for aid, snap in snaps.items():
+        by_saga.setdefault(owners.get(aid, ""), {})[aid] = snap
+    for saga_id, rows in sorted(by_saga.items()):
+        lineage.save_model_snapshots(saga_id, adapter.store, rows)
+    detail: dict[str, Any] = {"artifacts": {
+        aid: {"outcome": meta.get("outcome"),
+              **({"separated_before": bool(meta["before"].get("separates"))} if "before" in meta else {})}
+        for aid, (meta, _) in sorted(snaps.items())}}
+    if error:
+        detail["error"] = error
+    return detail
 
 
 STAGE = ModelStage()
+
+__all__ = ["CANDIDATES", "CITATION", "LIMIT", "MIN_K", "ModelStage", "ModelTarget", "STAGE", "auc", "auc_ci",
+           "exposure", "measure", "min_k_score", "loss_score", "snapshot", "summary"]

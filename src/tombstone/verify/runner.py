@@ -66,6 +66,9 @@ class VerifyContext:
     semantic_snapshots: Callable[[str, Sequence[str]], Mapping[str, tuple[dict[str, Any], bytes]]] | None = None
     """``(store, artifact ids) -> {id: (meta, vectors)}``: what the saga's snapshot step measured of each
     artifact's neighbourhood before suppression (the semantic level); None for a verifier without one."""
+    model_snapshots: Callable[[str, Sequence[str]], Mapping[str, tuple[dict[str, Any], str | None]]] | None = None
+    """``(store, artifact ids) -> {id: (meta, text)}``: what the saga's snapshot step recorded of each trained
+    example before suppression (the model level); None for a verifier without one."""
     enabled: frozenset[Level] = ALL_LEVELS
     """The levels the deployment enables."""
     record_errors: bool = False
