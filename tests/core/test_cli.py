@@ -317,6 +317,8 @@ def test_erase_reports_progress_as_plain_lines_when_not_a_terminal(tmp_path):
     assert run("demo", "--workdir", str(root), "--backends", "docstore,chroma", "--erase", "none").exit_code == 0
     result = run("erase", "user-0001", "--config", str(root / "tombstone.toml"))
     assert result.exit_code == 0
-    assert result.stderr.splitlines() == ["[1/7] suppress chroma", "[2/7] suppress docstore", "[3/7] reclaim chroma",
-                                          "[4/7] reclaim docstore", "[5/7] verify chroma", "[6/7] verify docstore",
-                                          "[7/7] receipt"]
+    # the snapshot step (the semantic level's baseline, taken before anything is hidden) comes first
+    assert result.stderr.splitlines() == ["[1/9] snapshot chroma", "[2/9] snapshot docstore",
+                                          "[3/9] suppress chroma", "[4/9] suppress docstore", "[5/9] reclaim chroma",
+                                          "[6/9] reclaim docstore", "[7/9] verify chroma", "[8/9] verify docstore",
+                                          "[9/9] receipt"]
