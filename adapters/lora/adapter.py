@@ -1,0 +1,236 @@
+"""Adapter for the lora backend: the serving ensemble recomposed without a shard, the shard retrained,
+a probe of the registry and of every file, and the model probe (``tombstone.verify.model``)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.lineage.records import ArtifactRecord
+from tombstone.verify.levels import Level
+from tombstone.verify.physical import default_patterns
+
+from .store import BACKEND, REGISTRY, LoraStore, LoraTarget, retired_tag, split_artifact
+
+for _module in ("torch", "transformers", "peft"):  # the model extra; imported only when a model is loaded
+    if importlib.util.find_spec(_module) is None:
+        raise ImportError(f"No module named {_module!r}")
+
+_CHUNK = 1 << 20
+
+
+class LoraAdapter(Adapter):
+    """Options: ``path`` (the model store directory, required), ``lock_wait`` (seconds, optional)."""
+
+    backend = BACKEND
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE,
+                              Capability.PHYSICAL_SCAN, Capability.MODEL_PROBE})
+    levels = (Level.LOGICAL, Level.PHYSICAL, Level.MODEL)
+    read_only_supported = True
+
+    def __init__(self, store: str, options: dict[str, Any]) -> None:
+        super().__init__(store, options)
+        self.require("path")
+        kwargs = {"lock_wait": float(options["lock_wait"])} if "lock_wait" in options else {}
+        self.model = LoraStore(options["path"], store=store, create=False, **kwargs)
+        self.model.registry()  # a registry that cannot be read stops an erasure before it starts
+
+    def vendor_errors(self) -> tuple[type[BaseException], ...]:
+        """The file system's errors, and safetensors' (a weights file it cannot read)."""
+        errors: tuple[type[BaseException], ...] = (OSError,)
+        try:
+            from safetensors import SafetensorError
+
+            errors += (SafetensorError,)
+        except ImportError:  # pragma: no cover - installed with the model extra
+            pass
+        return errors
+
+    def lock_path(self) -> Path:
+        return self.model.root
+
+    def _locked(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext() if self.read_only else self.model.lock
+
+    # -- the erasure --------------------------------------------------------------------------
+
+    @staticmethod
+    def _ids(artifacts: Sequence[ArtifactRecord]) -> list[str]:
+        return [a.artifact_id for a in artifacts]
+
+    def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        return self.model.suppress(self._ids(artifacts))
+
+    def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        return self.model.reclaim(self._ids(artifacts))
+
+    def native_delete(self, artifacts: Sequence[ArtifactRecord]) -> None:
+        self.model.delete_examples(self._ids(artifacts))
+
+    # -- logical: does the serving composition use weights trained on it? ---------------------------
+
+    def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
+        with self._locked():
+            reg = self.model.registry()
+        serving = self.model.serving(reg)
+        held = {i for g in reg["holdout"] for i in g}
+        out = {}
+        for art in artifacts:
+            shard, eid = split_artifact(art.artifact_id)
+            if shard is None:
+                found = eid in held
+                out[art.artifact_id] = ProbeResult(
+                    Level.LOGICAL, passed=not found,
+                    measurement="listed as held-out data the model probe reads" if found else None,
+                    evidence={"paths": ["registry: held-out lists"], "serving": serving})
+                continue
+            entry = reg["shards"].get(shard) or {"examples": []}
+            trained = eid in entry["examples"]
+            served = trained and shard in serving
+            evidence = {"paths": ["serving ensemble (registry)"], "serving": serving, "shard": shard,
+                        "shard_trained_on_it": trained, "shard_serving": shard in serving}
+            if trained and not served:
+                evidence["hidden"] = f"{shard} is left out of the serving ensemble"
+            out[art.artifact_id] = ProbeResult(
+                Level.LOGICAL, passed=not served,
+                measurement=(f"served: {shard}'s weights were trained on it and are in the serving ensemble"
+                             if served else None), evidence=evidence)
+        return out
+
+    # -- physical: every file, for the ids, and any copy of weights an erasure retired ----------------
+
+    @contextlib.contextmanager
+    def physical_snapshot(self) -> Iterator[dict[Path, str]]:
+        root = self.model.root
+        if not os.access(root, os.R_OK | os.X_OK):
+            raise PhysicalUnsupportedError(f"model store directory {root} is not readable", store=self.store)
+        with self._locked():
+            yield {path: os.path.relpath(path, root) for path in _files(root)}
+
+    def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
+        """The artifact id, and the example id (as UTF-8 and as JSON escapes it)."""
+        patterns = default_patterns(artifact)
+        _, eid = split_artifact(artifact.artifact_id)
+        patterns["id_example"] = eid.encode("utf-8")
+        escaped = json.dumps(eid, ensure_ascii=True)[1:-1].encode("utf-8")
+        if escaped != patterns["id_example"]:
+            patterns["id_example_json"] = escaped
+        return patterns
+
+    def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
+        """Hash every file: one whose SHA-256 is a weights file an erasure retired (the registry keeps those
+        hashed again) is a copy of old weights, whatever its name."""
+        with self._locked():
+            reg = self.model.registry()
+            retired = {tag: shard for shard, tags in reg.get("retired", {}).items() for tag in tags}
+            copies: dict[str, list[str]] = {}
+            hashed = 0
+            for path in _files(self.model.root):
+                digest = hashlib.sha256()
+                with open(path, "rb") as fh:
+                    while chunk := fh.read(_CHUNK):
+                        digest.update(chunk)
+                hashed += 1
+                shard = retired.get(retired_tag(digest.hexdigest()))
+                if shard is not None:
+                    copies.setdefault(shard, []).append(os.path.relpath(path, self.model.root))
+        out = {}
+        for art in artifacts:
+            shard, _ = split_artifact(art.artifact_id)
+            found = [f"a copy of {shard}'s retired weights: {', '.join(sorted(copies[shard]))}"] if shard in copies else []
+            out[art.artifact_id] = ExtraFinding(found=found, content_found=bool(found), evidence={
+                "files_hashed": hashed, "retired_weights_known": len(retired),
+                "weights_check": "no file may hash to weights an erasure retired"})
+        return out
+
+    # -- the model probe ---------------------------------------------------------------------------
+
+    def model_material(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, dict[str, Any]]:
+        reg = self.model.registry()
+        trained = {}
+        out: dict[str, dict[str, Any]] = {}
+        for art in artifacts:
+            shard, eid = split_artifact(art.artifact_id)
+            if shard is None:
+                out[art.artifact_id] = {"kind": "holdout"}
+                continue
+            entry = reg["shards"].get(shard)
+            if entry is None or not entry.get("file"):
+                out[art.artifact_id] = {"kind": "not trained", "why": f"the store has no weights for {shard} any more"}
+                continue
+            # measured even when the registry no longer lists it: weights trained on it may still serve
+            trained[art.artifact_id] = (shard, eid, entry)
+        if trained:
+            texts, _ = self.model.dataset_texts([eid for _, eid, _ in trained.values()], hidden_too=True, registry=reg)
+        for aid, (shard, eid, entry) in trained.items():
+            text = texts.get(eid)
+            if text is None:
+                out[aid] = {"kind": "not trained", "why": "its text is no longer in the dataset it was trained from"}
+                continue
+            out[aid] = {"kind": "trained", "shards": [shard], "weights": {shard: entry["sha256"]}, "text": text,
+                        "canary": self._canary(text, entry.get("canaries", {}).get(eid)), "sharded": reg["sharded"]}
+        return out
+
+    def _canary(self, text: str, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Where the canary lies in the text: at the recorded offset, or wherever a run of its alphabet
+        hashes to the recorded (keyed) SHA-256."""
+        if not spec:
+            return None
+        key = getattr(self, "content_key", None) if spec.get("keyed") else (lambda h: h)
+        if key is None:
+            return None  # a keyed canary and no key (an independent verifier)
+        length, alphabet = int(spec["length"]), spec["alphabet"]
+
+        def matches(at: int) -> bool:
+            part = text[at : at + length]
+            return len(part) == length and key(hashlib.sha256(part.encode("utf-8")).hexdigest()) == spec["sha256"]
+
+        offsets = [int(spec["offset"])] + [i for i in range(len(text) - length + 1)
+                                          if all(ch in alphabet for ch in text[i : i + length])]
+        for at in offsets:
+            if matches(at):
+                return {"offset": at, "length": length, "alphabet": alphabet}
+        return None
+
+    def model_target(self) -> LoraTarget:
+        with self._locked():
+            return LoraTarget(self.model)
+
+    def unsupported_reason(self, level: Level) -> str | None:
+        return None
+
+    # -- hooks ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def read_survivors(cls, options: dict[str, Any]) -> Any:
+        """The registry read with json: each shard's weights SHA-256, examples and serving state, the
+        held-out lists, and the files in the store (sorted)."""
+        root = Path(options["path"])
+        reg = json.loads((root / REGISTRY).read_text())
+        shards = {name: (e.get("sha256"), sorted(e["examples"]), sorted(e.get("suppressed", ())))
+                  for name, e in sorted(reg["shards"].items())}
+        return {"shards": shards, "holdout": reg["holdout"],
+                "files": sorted(os.path.relpath(p, root) for p in _files(root) if not p.name.endswith(".tmp"))}
+
+
+def _files(root: Path) -> list[Path]:
+    """Every regular file under the store directory."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(folder) / name
+            if path.is_file() and not path.is_symlink():
+                out.append(path)
+    return out
+
+
+__all__ = ["LoraAdapter"]
