@@ -26,9 +26,10 @@ _VERIFIED = {
     Level.SEMANTIC: ("The lower levels passed, and the neighbourhood of similar records shows no measurable trace"
                      " of it.",
                      "Presence or absence of the content itself; a measurement, not a proof."),
-    Level.MODEL: ("The lower levels passed, and extraction and membership-inference attacks on the model"
-                  " weights failed to reproduce it.",
-                  "That stronger attacks fail: unlearning checks are known to be fragile."),
+    Level.MODEL: ("The lower levels passed, the weights trained on it were replaced, and canary exposure,"
+                  " extraction and membership-inference attacks on the model no longer tell the subject apart from"
+                  " people it never saw, while before the erasure they did.",
+                  "That stronger attacks fail: unlearning checks are known to be fragile (arXiv:2408.00929)."),
 }
 
 _RESIDUAL = {

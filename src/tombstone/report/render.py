@@ -30,8 +30,9 @@ LEVELS = (
     ("semantic", "Did the neighbourhood keep a trace?", "the hole the erasure left is the size of a normal"
      " same-cluster deletion: nothing nearby still answers as if the artifact were there",
      "presence or absence of the content; a measurement, not proof"),
-    ("model", "Can the weights reproduce it?", "extraction and membership-inference attacks fail",
-     "that stronger attacks fail"),
+    ("model", "Can the weights reproduce it?", "canary exposure, extraction and membership inference no longer tell"
+     " the subject apart from people the model never saw (two nulls), while before the erasure they did",
+     "that stronger attacks fail: unlearning checks are known to be fragile (arXiv:2408.00929)"),
 )
 """The levels as verification-levels.md explains them, for the report's glossary."""
 
