@@ -21,7 +21,7 @@ from tombstone import Tombstone, demo, init_deployment, workers
 from tombstone.audit import check_chain
 from tombstone.keys import PUBLIC_KEY, load_public_key
 from tombstone.receipt import load_receipt, verify
-from tombstone.saga.engine import Saga
+from tombstone.saga.engine import STORE_STEPS, Saga
 from tombstone.saga.lock import SubjectBusyError
 from tombstone_adapters.pgvector.server import embedded_dsn
 
@@ -202,7 +202,8 @@ def test_workers_share_the_queue_and_a_killed_workers_saga_is_finished_by_anothe
     # No step ended twice; the only step begun twice is the one the kill interrupted, and another worker
     # took it over (and everything after it).
     ends = journal("SELECT saga_id, step, target, count(*) FROM journal WHERE phase = 'end' GROUP BY 1, 2, 3")
-    assert {n for *_, n in ends} == {1} and len(ends) == ERASED * (1 + 3 * 2)  # plan + 3 steps x 2 stores
+    # plan + each store step (snapshot, suppress, reclaim, verify) x 2 stores
+    assert {n for *_, n in ends} == {1} and len(ends) == ERASED * (1 + len(STORE_STEPS) * 2)
     begun_twice = journal("SELECT saga_id, step, target FROM journal WHERE phase = 'begin' GROUP BY 1, 2, 3"
                           " HAVING count(*) > 1")
     assert begun_twice == [(stuck, "reclaim", "pg")]
