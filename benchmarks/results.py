@@ -17,6 +17,7 @@ import crash_trials
 import dataset_shards
 import docstore_erase
 import docstore_residue
+import model_unlearning
 import pgvector_residue
 import read_path
 import scan_rate
@@ -28,7 +29,7 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, pgvector_residue, crash_trials, batches, workers,
-    caches, dataset_shards, read_path, semantic,
+    caches, dataset_shards, read_path, semantic, model_unlearning,
 )}
 
 
