@@ -8,7 +8,8 @@ distributions: the mean of their log-probabilities, renormalised (a product of e
 memorised a text is outvoted by the shards that never saw it).
 
 Every random choice is seeded from names (the store's seed, the shard, the examples it trains on), so a
-retrain killed midway and run again writes the same bytes.
+retrain killed midway and run again in another process writes the same bytes (on the same machine and
+thread count).
 """
 
 from __future__ import annotations
@@ -186,12 +187,13 @@ def train_base(config: ModelConfig, texts: Sequence[str]) -> tuple[Any, dict[str
     return model, stats
 
 
-def state_bytes(state: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
-    """A state dict as safetensors bytes (tensors sorted by name: the same weights give the same bytes)."""
+def state_bytes(state: Mapping[str, Any], label: str | None = None) -> bytes:
+    """A state dict as safetensors bytes: the same weights give the same bytes. At most one metadata entry
+    (``label``): safetensors writes its metadata map in an order that varies from process to process."""
     from safetensors.torch import save
 
     return save({k: v.detach().contiguous().clone() for k, v in sorted(state.items())},
-                metadata=dict(metadata or {}))
+                metadata={"tombstone": label} if label else None)
 
 
 def load_state(data: bytes) -> dict[str, Any]:
@@ -201,7 +203,7 @@ def load_state(data: bytes) -> dict[str, Any]:
 
 
 def base_bytes(model: Any) -> bytes:
-    return state_bytes(model.state_dict(), {"kind": "base"})
+    return state_bytes(model.state_dict(), "base model")
 
 
 def load_base(config: ModelConfig, data: bytes) -> Any:

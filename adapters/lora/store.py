@@ -309,7 +309,7 @@ class LoraStore:
                     "trained": {"steps": 0, "note": "no examples"}}
         start = time.perf_counter()
         state, stats = M.train_adapter(cfg, base, texts, seed=seed, init=init, steps=steps, on_step=on_step)
-        data = M.state_bytes(state, {"kind": "lora", "shard": name})
+        data = M.state_bytes(state, f"lora adapter {name}")
         sha = M.adapter_sha256(data)
         rel = f"{ADAPTERS_DIR}/{name}-{sha[:16]}.safetensors"
         write_atomic(self.root / rel, data)
