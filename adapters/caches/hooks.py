@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from tombstone_adapters.sqlitefile import SQLiteFileCanaries
 
-class ExactCacheHooks:
+
+class ExactCacheHooks(SQLiteFileCanaries):
     demo_role = "answers"
     demo_default = True
 
@@ -29,21 +30,6 @@ class ExactCacheHooks:
                     cache.update(prompt, kit.llm, generations)
         finally:
             cache.engine.dispose()
-
-    @classmethod
-    def canary_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        path = Path(options["path"])
-        return {**options, "path": str(path.with_name(f"{path.stem}-tombstone-canary{path.suffix}"))}
-
-    @classmethod
-    def discard_canary_place(cls, options: Mapping[str, Any]) -> None:
-        """Delete the canaries' file, its SQLite sidecars and its lock file."""
-        from tombstone.storelock import lock_file_for
-
-        path = Path(cls.canary_options(options)["path"])
-        lock = lock_file_for(path)
-        for file in (path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal")), lock):
-            file.unlink(missing_ok=True)
 
     @classmethod
     def read_survivors(cls, options: Mapping[str, Any]) -> Any:

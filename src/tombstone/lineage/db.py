@@ -83,18 +83,7 @@ class LineageDB:
         """Open the lineage db at ``target``. Only ``create=True`` (``tombstone init``) makes a new one: without
         it a missing SQLite file, or a PostgreSQL database without Tombstone's schema, is a LineageError and
         nothing is created."""
-        forbidden_by = lineage_forbidden_by()
-        if forbidden_by is not None:
-            raise LineageError(f"{forbidden_by} does not open the lineage db ({target})")
-        self.postgres = is_dsn(target)
-        self.path = None if self.postgres else Path(target)
-        self.where = redact_dsn(str(target)) if self.postgres else str(target)
-        """Where the db is, for messages (a DSN's password is never shown)."""
-        self.secret = secret
-        self.clock = clock
-        self.worker = ""
-        """Who runs this process's steps, as journaled next to each step (set by ``tombstone worker``)."""
-        self._depth = 0
+        self._setup(target, secret, clock)
         if self.postgres:
             try:
                 self._conn = PgConnection(str(target))
@@ -142,6 +131,21 @@ class LineageDB:
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise LineageError(f"cannot open lineage db {self.path}: {exc}") from exc
+
+    def _setup(self, target: str | Path, secret: LineageSecret, clock: Clock) -> None:
+        """What every way of opening the db sets before connecting (the auditor's guard first)."""
+        forbidden_by = lineage_forbidden_by()
+        if forbidden_by is not None:
+            raise LineageError(f"{forbidden_by} does not open the lineage db ({target})")
+        self.postgres = is_dsn(target)
+        self.path = None if self.postgres else Path(target)
+        self.where = redact_dsn(str(target)) if self.postgres else str(target)
+        """Where the db is, for messages (a DSN's password is never shown)."""
+        self.secret = secret
+        self.clock = clock
+        self.worker = ""
+        """Who runs this process's steps, as journaled next to each step (set by ``tombstone worker``)."""
+        self._depth = 0
 
     @staticmethod
     def exists(target: str | Path) -> bool:

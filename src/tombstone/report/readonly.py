@@ -16,9 +16,8 @@ from tombstone.config import Config
 from tombstone.errors import LineageError
 from tombstone.keys import LINEAGE_SECRET, LineageSecret
 from tombstone.lineage.db import LineageDB
-from tombstone.lineage.guard import lineage_forbidden_by
 from tombstone.lineage.migrations import MIGRATIONS
-from tombstone.lineage.postgres import PgConnection, is_dsn, redact_dsn
+from tombstone.lineage.postgres import PgConnection
 
 
 class ReadOnlyLineage(LineageDB):
@@ -26,16 +25,7 @@ class ReadOnlyLineage(LineageDB):
     any method that writes fails inside the database."""
 
     def __init__(self, target: str | Path, secret: LineageSecret) -> None:  # noqa: D107 (no super().__init__)
-        forbidden_by = lineage_forbidden_by()
-        if forbidden_by is not None:
-            raise LineageError(f"{forbidden_by} does not open the lineage db ({target})")
-        self.postgres = is_dsn(target)
-        self.path = None if self.postgres else Path(target)
-        self.where = redact_dsn(str(target)) if self.postgres else str(target)
-        self.secret = secret
-        self.clock = system_clock
-        self.worker = ""
-        self._depth = 0
+        self._setup(target, secret, system_clock)
         if self.postgres:
             try:
                 self._conn = PgConnection(str(target))
