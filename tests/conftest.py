@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import itertools
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -9,16 +7,7 @@ import pytest
 from tombstone import Tombstone, init_deployment
 from tombstone.config import Config
 
-
-class FrozenClock:
-    """A clock that moves only when told to (one microsecond per call, so times stay ordered)."""
-
-    def __init__(self, start: datetime = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)) -> None:
-        self._ticks = itertools.count()
-        self.start = start
-
-    def __call__(self) -> datetime:
-        return self.start + timedelta(microseconds=next(self._ticks))
+from support import FrozenClock, raising_stub, write_docs
 
 
 @pytest.fixture
@@ -42,30 +31,3 @@ def deployment(tmp_path: Path) -> Config:
 def tomb(deployment: Config, clock: FrozenClock):
     with Tombstone(deployment, clock=clock) as t:
         yield t
-
-
-def write_docs(tomb: Tombstone, subject: str, n: int, *, prefix: str | None = None, texts=None):
-    """Write ``n`` documents for ``subject`` through the wrapper; return their ids."""
-    from tombstone_adapters.docstore import DocStore
-
-    prefix = prefix or f"{subject}-doc"
-    store = DocStore(tomb.config.stores["docs"].options["path"], lineage=tomb.lineage, store="docs")
-    ids = [f"{prefix}-{i:04d}-{'x' * 8}" for i in range(n)]
-    texts = texts or [f"text of {subject} number {i} with some words" for i in range(n)]
-    try:
-        store.add_many([(i, t, {"n": k}) for k, (i, t) in enumerate(zip(ids, texts))], subject=subject)
-    finally:
-        store.close()
-    return ids
-
-
-def raising_stub(obj, exc: BaseException):
-    """A stand-in for a vendor client object whose every public method raises ``exc`` (for a
-    conformance env's ``vendor_failure``: patch it over the client the adapter holds)."""
-    from unittest import mock
-
-    stub = mock.NonCallableMock(spec=obj)
-    for name in dir(type(obj)):
-        if not name.startswith("_") and callable(getattr(type(obj), name, None)):
-            getattr(stub, name).side_effect = exc
-    return stub

@@ -21,7 +21,7 @@ from tombstone_adapters.caches.exact import ExactCacheAdapter, entry_id
 from tombstone_adapters.caches.semantic import SemanticCacheAdapter
 from tombstone_adapters.caches.semantic import entry_id as sem_id
 
-from conftest import raising_stub
+from support import raising_stub
 
 DIM = 64
 # Low thresholds so Chroma really writes its HNSW segment files in small tests.

@@ -21,7 +21,7 @@ from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.chroma import SUPPRESSED, TombstoneCollection
 from tombstone_adapters.chroma.adapter import ChromaAdapter, hnsw_header
 
-from conftest import FrozenClock, raising_stub
+from support import FrozenClock, raising_stub
 
 DIM = 64
 # Low thresholds so Chroma really writes its HNSW segment files in small tests.

@@ -14,7 +14,7 @@ from tombstone.contract import open_adapter
 from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.docstore import DocStore, DocstoreAdapter
 
-from conftest import write_docs
+from support import write_docs
 
 
 def independent_scan(directory: Path, needle: str) -> list[str]:

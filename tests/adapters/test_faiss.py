@@ -19,7 +19,7 @@ from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.faiss import FaissStore
 from tombstone_adapters.faiss.adapter import FaissAdapter
 
-from conftest import FrozenClock
+from support import FrozenClock
 
 DIM = 64
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()

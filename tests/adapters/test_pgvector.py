@@ -21,7 +21,7 @@ from tombstone_adapters.pgvector.adapter import PgVectorAdapter
 from tombstone_adapters.pgvector.server import embedded_dsn
 from tombstone_adapters.pgvector.store import PgVectorStore
 
-from conftest import FrozenClock
+from support import FrozenClock
 
 DIM = 32
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()

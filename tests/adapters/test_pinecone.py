@@ -19,7 +19,7 @@ from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.pinecone import PineconeEmulator, TombstonePinecone
 from tombstone_adapters.pinecone.adapter import PineconeAdapter
 
-from conftest import FrozenClock, raising_stub
+from support import FrozenClock, raising_stub
 
 DIM = 32
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()

@@ -21,7 +21,7 @@ from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.qdrant import TombstoneQdrant, merge_filter, point_id
 from tombstone_adapters.qdrant.adapter import QdrantAdapter, close_local_clients, local_client, pickled_floats
 
-from conftest import FrozenClock, raising_stub
+from support import FrozenClock, raising_stub
 
 DIM = 48
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()

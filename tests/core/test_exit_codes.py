@@ -7,7 +7,7 @@ import json
 
 from tombstone import Tombstone, init_deployment
 
-from conftest import write_docs
+from support import write_docs
 from test_cli import run
 
 

@@ -13,7 +13,7 @@ import pytest
 from tombstone.fsutil import write_atomic
 from tombstone.testing.crash import cli
 
-from conftest import write_docs
+from support import write_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 

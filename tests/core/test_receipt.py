@@ -16,7 +16,7 @@ from tombstone.keys import load_private_key
 from tombstone.receipt import body_hash, canonical_bytes, receipt_schema, sign, verify
 from tombstone.receipt.canonical import UNSIGNED_FIELDS
 
-from conftest import write_docs
+from support import write_docs
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from tombstone.keys import LineageSecret, PUBLIC_KEY, load_public_key
 from tombstone.receipt import load_receipt, verify
 from tombstone.testing.crash import cli
 
-from conftest import write_docs
+from support import write_docs
 
 
 def receipt_files(tomb) -> list[Path]:

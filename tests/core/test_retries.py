@@ -7,7 +7,7 @@ import pytest
 from tombstone import Tombstone, init_deployment
 from tombstone.saga.engine import RetryPolicy
 
-from conftest import FrozenClock, write_docs
+from support import FrozenClock, write_docs
 from test_cli import one_line_error, run
 
 

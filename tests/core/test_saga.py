@@ -11,7 +11,7 @@ from tombstone.config import load_config
 from tombstone.errors import ConfigError
 from tombstone.saga import STEPS
 
-from conftest import FrozenClock, write_docs
+from support import FrozenClock, write_docs
 
 
 class Crash(BaseException):

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from tombstone.cli import EXIT_ACTION_NEEDED, EXIT_BAD_INPUT, EXIT_OK, main
 from tombstone_adapters.docstore import DocStore
 
-from conftest import write_docs
+from support import write_docs
 
 
 def hashes(directory: Path) -> dict[str, str]:

@@ -13,7 +13,7 @@ from tombstone.receipt import RECEIPT_KIND, SOURCE_RECEIPT_KIND, receipt_schema,
 from tombstone.receipt.canonical import UNSIGNED_FIELDS
 from tombstone.saga import Saga
 
-from conftest import write_docs
+from support import write_docs
 
 
 def test_named_artifacts_of_several_subjects_get_one_source_receipt(tomb):

@@ -25,7 +25,7 @@ from tombstone.saga.engine import STORE_STEPS, Saga
 from tombstone.saga.lock import SubjectBusyError
 from tombstone_adapters.pgvector.server import embedded_dsn
 
-from conftest import FrozenClock
+from support import FrozenClock
 
 ERASED, KEPT = 8, 4
 

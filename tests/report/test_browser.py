@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ARTIFACTS, LONG_ID, Chain, assert_no_content, public_pem, start_serve, stop_serve, tree_digest
+from report_support import ARTIFACTS, LONG_ID, Chain, assert_no_content, public_pem, start_serve, stop_serve, tree_digest
 from tombstone.receipt import body_hash, canonical_bytes, pretty
 from tombstone.receipt.canonical import signed_body
 from tombstone.receipt.signing import parse_strict
@@ -136,7 +136,7 @@ def test_the_report_renders_prints_and_fetches_nothing(page, demo, tmp_path):
 
 
 def test_long_ids_wrap_and_a_tampered_receipt_fails_in_the_report(page, tmp_path, key, key_file):
-    from conftest import third_party, verified
+    from report_support import third_party, verified
 
     chain = Chain(key)
     chain.add("Zoë <b>Ünïcode</b> 🚀", [verified(LONG_ID), third_party("acme:" + LONG_ID)])
@@ -313,7 +313,7 @@ def test_javascript_verifies_python_signatures_on_non_ascii_subjects(page, serve
 
     from cryptography.hazmat.primitives import serialization
 
-    from conftest import managed, verified
+    from report_support import managed, verified
 
     chain = Chain(key)
     for subject in STRINGS[:6]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import LONG_ID, Chain, assert_no_content, public_pem, verified
+from report_support import LONG_ID, Chain, assert_no_content, public_pem, verified
 from tombstone.cli import main
 from tombstone.errors import ConfigError
 from tombstone.receipt import pretty
@@ -176,7 +176,7 @@ def test_earlier_receipts_of_a_subject(tmp_path, key, key_file):
 
 
 def dead_letter_entry():
-    from conftest import dead_letter
+    from report_support import dead_letter
 
     return dead_letter("carol-vec-0001")
 

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-from conftest import assert_no_content, start_serve, stop_serve, tree_digest
+from report_support import assert_no_content, start_serve, stop_serve, tree_digest
 from tombstone.cli import main
 from tombstone.receipt import pretty
 from tombstone.report.server import create_app, open_deployment
