@@ -112,14 +112,37 @@ def subject_ref(index: int) -> str:
     return f"user-{index + 1:04d}"
 
 
+def _pin_lineage_secret(root: Any, seed: int) -> None:
+    """Write the lineage secret of a synthetic deployment from ``seed`` before ``init_deployment`` would draw a
+    random one. The secret keys the subjects' hashes, and the model store assigns subjects to shards in the
+    order of those hashes: a random secret trains different shards on every build. Only for synthetic data —
+    a real deployment's secret must be random (``init_deployment`` draws it)."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    from tombstone.keys import LINEAGE_SECRET
+
+    keys = Path(root) / "keys"
+    keys.mkdir(parents=True, exist_ok=True)
+    path = keys / LINEAGE_SECRET
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(hashlib.sha256(f"synthetic lineage secret {seed}".encode()).hexdigest().encode() + b"\n")
+
+
 def build_deployment(root: Any, *, subjects: int = 16, examples: int = 8, shards: int = 4, holdout_subjects: int = 4,
-                     config: Any = None, base_texts: int = 400, seed: int = 7) -> dict[str, Any]:
+                     config: Any = None, base_texts: int = 400, seed: int = 7,
+                     secret_seed: int | None = 7) -> dict[str, Any]:
     """A deployment whose lineage runs subject → document → training example → shard: a docstore of
     ``subjects`` people's sentences (``docs``), the training examples exported from them into a dataset
     (``train``, JSONL), a training run pinned on it, and a model store (``model``) with a base model trained on
     other people's sentences and ``shards`` LoRA adapters (``shards=1``: one unsharded adapter), every
     subject's last example a canary. Returns what was built: the people (by reference), the ids, the
-    training stats. The last ``holdout_subjects`` subjects are held out."""
+    training stats. The last ``holdout_subjects`` subjects are held out. ``secret_seed`` pins the lineage
+    secret, so the same arguments train the same shards on every build (``None``: a random secret, as in a
+    real deployment, and shards that differ from build to build)."""
     from pathlib import Path
 
     from tombstone import Tombstone, init_deployment
@@ -130,6 +153,8 @@ def build_deployment(root: Any, *, subjects: int = 16, examples: int = 8, shards
     from .store import LoraStore
 
     root = Path(root)
+    if secret_seed is not None:
+        _pin_lineage_secret(root, secret_seed)
     config_ = init_deployment(root, {"docs": {"backend": "docstore", "path": "stores/docs.db"},
                                      "train": {"backend": "dataset", "path": "stores/train"},
                                      "model": {"backend": "lora", "path": "stores/model"}})

@@ -105,6 +105,47 @@ def test_the_probe_separates_a_remembered_subject_and_not_under_the_suppressed_n
     assert {**again, "seconds": 0} == {**before, "seconds": 0}  # same seed, same measurement
 
 
+
+class LikesOnes(Remembers):
+    """A model that never saw any secret but learned that digits are not uniform: every ``1`` in a string gains
+    0.6 nats under every view; each view adds its own small noise (the shards differ)."""
+
+    def _lp(self, text: str, view) -> np.ndarray:
+        lp = super()._lp(text, view)
+        jitter = np.random.default_rng(int(hashlib.sha256(f"{text}|{view}".encode()).hexdigest()[:8], 16))
+        lp = lp + 0.05 * jitter.standard_normal(lp.shape)
+        digits = text.rsplit(" ", 1)[-1]
+        if digits.isdigit():
+            at = len(text.encode()) - len(digits)
+            lp[at : at + len(digits)] += np.array([0.6 if ch == "1" else 0.0 for ch in digits])
+        return lp
+
+
+def test_a_secret_the_model_merely_finds_likely_is_not_separated_its_gain_over_the_null_must_top_too() -> None:
+    """A fixed secret's rank is not uniform under a model that never saw it: secrets rich in a digit the model
+    likes rank near the top under every view, served or suppressed. The decision also asks the secret's gain
+    over the suppressed ensemble to rank at the top, which such a model gives no secret."""
+    rng = np.random.default_rng(17)
+    raw_top, separated = 0, 0
+    for n in range(60):
+        secret = "".join("1" if rng.random() < 0.6 else str(rng.integers(0, 10)) for _ in range(6))
+        text = f"The account PIN of Alice Moreau is {secret}"
+        example = [{"id": "s1:ex-canary", "text": text,
+                    "canary": {"offset": text.index(secret), "length": 6, "alphabet": "0123456789"}}]
+        m = LikesOnes({"s1": [], "s2": [], "s3": []}, [], serving=["s1", "s2", "s3"])
+        c = mv.measure(m, example, ["s1"], seed=n)["canaries"]["s1:ex-canary"]
+        # what the secret's own rank would call memorised: in the top 1% and above both nulls' exposure
+        raw_top += c["rank"] <= 10 and c["exposure"] > max(c["null_suppressed"]["exposure"],
+                                                           c["null_heldout"]["exposure"])
+        separated += c["separates"]
+    assert raw_top >= 4
+    assert separated <= 2
+    # the control: the same model remembering the secret in s1 is separated by its gain
+    remembered = {"s1": [CANARY_TEXT], "s2": [], "s3": []}
+    c = mv.measure(LikesOnes(remembered, [], serving=["s1", "s2", "s3"]), alice()[-1:], ["s1"],
+                   seed=1)["canaries"]["s1:ex-canary"]
+    assert c["separates"] and c["gain"]["rank"] == 1
+
 def meta(before: dict, **kw) -> dict:
     return {"kind": "trained", "outcome": "measured", "shards": ["s1"], "weights": {"s1": "old"},
             "canary": None, "sharded": True, "before": before, **kw}

@@ -6,7 +6,11 @@ model — through the backend's :class:`ModelTarget` — three things:
 * **Exposure** of each canary (a synthetic secret planted in one of the subject's examples, located by its
   keyed hash): the rank of the true secret among :data:`CANDIDATES` random secrets of the same form, by the
   log-probability the model gives each after the canary's prefix; ``exposure = log2(candidates + 1) -
-  log2(rank)`` bits. Under a model that never saw the secret its rank is uniform, whatever the model.
+  log2(rank)`` bits. A *fixed* secret's rank is not uniform under a model that never saw it — digits are not
+  uniform in the text it learned from, so a secret like ``162188`` ranks in the tens under shards that never
+  saw it — and neither is its **gain** (its log-probability under the served model minus under the suppressed
+  ensemble, ranked among the candidates' gains), because shards trained on different people learn different
+  digit habits. A memorised secret tops both; the decision asks for both.
 * **Greedy extraction** from the subject's prefixes: does greedy decoding complete a canary's secret, and
   how many bytes of each example's second half it reproduces (evidence only: through an ensemble of shards
   it is blind, because the shards that never saw the subject outvote the one that did).
@@ -19,8 +23,9 @@ person's sentences from another's. Each measure is compared with two nulls — t
 (the shards that hold none of the subject's examples: provably never trained on them) and a **held-out
 subject** (another person never trained on, scored the same way against the rest of the held-out data).
 The weights *separate* the subject when a measure lies above both nulls: an AUC whose lower confidence bound
-exceeds both nulls' AUCs, or a canary whose exposure exceeds both nulls' and whose rank p-value is below
-:data:`RANK_ALPHA`, or a canary greedy decoding completes.
+exceeds both nulls' AUCs, or a canary whose exposure exceeds both nulls' with a rank p-value at most
+:data:`RANK_ALPHA` and whose gain's rank p-value is at most that too, or a canary greedy decoding completes under
+the served model and not under the suppressed ensemble.
 
 The probe needs the examples' texts after the dataset's reclaim has removed them, so the saga's snapshot
 step (:func:`snapshot`, before suppression) records, per artifact, the text sealed with the lineage secret,
@@ -63,7 +68,8 @@ CONFIDENCE = 0.95
 RESAMPLES = 1000
 """Bootstrap resamples of each AUC's confidence interval."""
 RANK_ALPHA = 0.01
-"""A canary separates only when its rank p-value, rank / (candidates + 1), is at most this (rank 10 of 1,000)."""
+"""A canary separates only when its rank p-value, rank / (candidates + 1), and its gain's are at most this (rank
+10 of 1,000)."""
 CONTEXT_CHARS = 64
 """Characters of a canary's prefix given to the model before the secret."""
 EXTRACT_BYTES = 16
@@ -158,6 +164,12 @@ def _rank(true: float, others: np.ndarray) -> int:
     return 1 + int(np.sum(others > true))
 
 
+def _mid_rank(true: float, others: np.ndarray) -> int:
+    """1 + how many candidates score higher + half of those that tie: a gain the two views agree on exactly (the
+    served model is the suppressed ensemble) ranks in the middle, not first."""
+    return 1 + int(np.sum(others > true)) + int(np.sum(others == true)) // 2
+
+
 def _candidates(alphabet: str, length: int, avoid: set[str], n: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
     out: list[str] = []
@@ -243,16 +255,32 @@ def measure(target: ModelTarget, examples: Sequence[dict[str, Any]], owners: Seq
         rank = _rank(served[0], served[2:])
         rank_null = _rank(nulled[0], nulled[2:])
         rank_fresh = _rank(served[1], served[2:])
+        # Neither rank alone decides. A fixed secret's own rank is not uniform under a model that never saw
+        # it (digits are not uniform in what it learned from), and its gain (served minus suppressed
+        # ensemble) is not either (the shards learned different habits). A memorised secret tops both.
+        gain = served - nulled
+        rank_gain = _mid_rank(gain[0], gain[2:])
+        rank_gain_fresh = _mid_rank(gain[1], gain[2:])
         greedy = target.greedy([prefix], len(secret.encode("utf-8")), serving)[0]
+        greedy_null = target.greedy([prefix], len(secret.encode("utf-8")), null)[0] if greedy == secret else None
         exp = exposure(rank, of)
         nulls = {"suppressed": exposure(rank_null, of), "heldout": exposure(rank_fresh, of)}
-        sep = (exp > max(nulls.values()) and rank / of <= RANK_ALPHA) or greedy == secret
+        extracted = greedy == secret and greedy_null != secret
+        above = exp > max(nulls.values()) and rank / of <= RANK_ALPHA
+        sep = (above and rank_gain / of <= RANK_ALPHA) or extracted
         separates.append(sep)
         canaries[e["id"]] = {"rank": rank, "of": of, "exposure": _round(exp, 3),
                              "null_suppressed": {"rank": rank_null, "exposure": _round(nulls["suppressed"], 3)},
                              "null_heldout": {"rank": rank_fresh, "exposure": _round(nulls["heldout"], 3),
                                               "what": "a fresh secret never trained on, after the same prefix"},
-                             "greedy_extracted": greedy == secret, "separates": sep}
+                             "gain": {"rank": rank_gain, "p": _round(rank_gain / of, 4),
+                                      "fresh_rank": rank_gain_fresh,
+                                      "what": ("rank of the secret's log-probability gain (served minus suppressed"
+                                               " ensemble) among the candidates' gains; fresh_rank: a fresh"
+                                               " secret's, the null")},
+                             "greedy_extracted": greedy == secret,
+                             "greedy_extracted_by_null": greedy_null == secret if greedy_null is not None else False,
+                             "separates": sep}
     if canaries:
         result["canaries"] = canaries
     if texts:
@@ -284,9 +312,13 @@ def summary(m: Mapping[str, Any]) -> str:
             parts.append(f"{label} {x['auc']:.2f} ({CONFIDENCE:.0%} CI {x['ci'][0]:.2f}-{x['ci'][1]:.2f}; nulls:"
                          f" suppressed ensemble {x['null_suppressed']:.2f}{held})")
     for c in m.get("canaries", {}).values():
+        gain = c.get("gain")
         parts.append(f"canary rank {c['rank']} of {c['of']} ({c['exposure']:.1f} bits; nulls"
                      f" {c['null_suppressed']['exposure']:.1f}, {c['null_heldout']['exposure']:.1f})"
-                     + ("; greedy decoding completes it" if c["greedy_extracted"] else ""))
+                     + (f", gain over the suppressed ensemble rank {gain['rank']} (a fresh secret's"
+                        f" {gain['fresh_rank']})" if gain else "")
+                     + ("; greedy decoding completes it" if c["greedy_extracted"] else "")
+                     + (" (so does the suppressed ensemble's)" if c.get("greedy_extracted_by_null") else ""))
     return "; ".join(parts) or "nothing measurable"
 
 
