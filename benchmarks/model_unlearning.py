@@ -142,8 +142,9 @@ def section(result: dict) -> str:
         " held-out people. Canary: the rank of the true secret among 1,000 (999 random six-digit secrets), its"
         " exposure in bits (log2 1000 - log2 rank, at most 9.97), and the nulls' exposures (the suppressed ensemble;"
         " a fresh secret never trained on after the same prefix). *Separates*: the probe's decision (an AUC whose"
-        " lower bound is above both nulls, or a canary above both nulls with rank p at most 0.01, or one greedy"
-        " decoding completes).",
+        " lower bound is above both nulls, or a canary above both nulls with rank p at most 0.01 whose gain over"
+        " the suppressed ensemble also ranks in the top 1%, or one greedy decoding completes and the suppressed"
+        " ensemble does not).",
         "",
         "| stage | loss AUC (CI) | loss nulls: suppressed / held-out | Min-K% AUC (CI) | Min-K% nulls |"
         " canary ranks | exposure, bits (CI) | exposure nulls | greedy completes the canary | separates |",
