@@ -23,7 +23,8 @@ from .hooks import FaissHooks
 
 
 class FaissAdapter(FaissHooks, Adapter):
-    """Options: ``path`` (the store directory)."""
+    """Options: ``path`` (the store directory); ``reclaim``: ``in-place`` (default: zero the erased vectors,
+    keep the graph) or ``rewrite`` (rebuild the graph from the survivors on every erasure)."""
 
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
@@ -92,10 +93,27 @@ class FaissAdapter(FaissHooks, Adapter):
         if not self.writable:
             raise ReclaimUnavailableError("index directory or files not writable: logical level only",
                                           store=self.store)
-        evidence = self.faiss.rebuild(self._ids(artifacts))
-        evidence["steps"] = ["rebuild IndexHNSWFlat from survivors (same M, efConstruction, efSearch, metric)",
-                             "write new generation (temp, fsync, rename)", "switch CURRENT", "delete old generation"]
+        if self.options.get("reclaim", "in-place") == "rewrite":
+            evidence = self.faiss.rebuild(self._ids(artifacts))
+            evidence["mechanism"] = "rewrite"
+            evidence["steps"] = ["rebuild IndexHNSWFlat from survivors (same M, efConstruction, efSearch, metric)",
+                                 "write new generation (temp, fsync, rename)", "switch CURRENT",
+                                 "delete old generation"]
+            return evidence
+        evidence = self.faiss.zero_in_place(self._ids(artifacts))
+        if evidence["mechanism"] == "in-place":
+            evidence["steps"] = ["zero the erased vectors in the flat storage under the HNSW graph",
+                                 "drop their ids, documents and metadata from the sidecar; hide their labels",
+                                 "write new generation (temp, fsync, rename)", "switch CURRENT",
+                                 "delete old generation"]
+            evidence["left"] = ("the zeroed slots stay in the graph (links and int64 labels that name no id) until"
+                                " 'tombstone compact'")
         return evidence
+
+    def compact(self) -> dict[str, Any]:
+        if not self.writable:
+            raise ReclaimUnavailableError("index directory or files not writable", store=self.store)
+        return {"mechanism": "rebuild IndexHNSWFlat from the live records", **self.faiss.compact()}
 
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         store = self.faiss

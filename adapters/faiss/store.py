@@ -4,7 +4,8 @@ Layout of the store directory::
 
     CURRENT                 {"generation": N}: the only file rewritten in place (atomically)
     index-<N>.faiss         faiss.write_index of the IndexIDMap2
-    sidecar-<N>.json        string id → int64 label, next label, excluded labels, documents, metadata
+    sidecar-<N>.json        string id → int64 label, next label, excluded labels, zeroed labels (slots an
+                            in-place reclaim zeroed, hidden until ``compact``), documents, metadata
 
 A commit writes generation N+1 in full (temp file, fsync, rename), then switches CURRENT, then
 deletes every other generation. A crash before the switch leaves N intact; after it, N+1.
@@ -202,11 +203,13 @@ class FaissStore:
     def _cached(self) -> tuple[set[int], dict[int, str]]:
         """The excluded labels and label → id, built once per loaded or committed generation."""
         if getattr(self, "_views", None) is None:
-            self._views = (set(self.side["excluded"]), {label: i for i, label in self.side["labels"].items()})
+            self._views = (set(self.side["excluded"]) | set(self.side.get("zeroed", [])),
+                           {label: i for i, label in self.side["labels"].items()})
         return self._views
 
     def _excluded(self) -> set[int]:
-        return set(self._cached()[0])
+        """Labels excluded by a suppression (not the zeroed slots of an in-place reclaim)."""
+        return set(self.side["excluded"])
 
     def _hidden_labels(self) -> set[int]:
         """Labels the store excludes, plus those of ids an erasure has suppressed in the lineage db and not
@@ -326,6 +329,56 @@ class FaissStore:
             self.commit()
         return dropped
 
+    def zero_in_place(self, erase: Sequence[str]) -> dict[str, Any]:
+        """Erase without rebuilding: zero the erased vectors in the flat storage under the HNSW graph, drop
+        their ids, documents and metadata from the sidecar, and commit a new generation. The graph keeps the
+        slots (their links and their int64 labels, which name no id: structural traces that ``compact``
+        removes); the labels stay hidden on every query path. Cost: one write of the files, no graph build."""
+        with self.lock:
+            return self._zero_in_place(erase)
+
+    def _zero_in_place(self, erase: Sequence[str]) -> dict[str, Any]:
+        self.refresh()
+        erase_set = {i for i in erase if i in self.side["labels"]}
+        labels = {self.side["labels"][i] for i in erase_set}
+        storage = faiss.downcast_index(self.hnsw.storage)
+        if not isinstance(storage, faiss.IndexFlat):  # another storage (quantised codes): rebuild instead
+            return {"mechanism": "rebuild", **self._rebuild(sorted(erase_set))}
+        # Vectors whose id the app already dropped (remove_ids cannot, on HNSW) are zeroed with them: no id
+        # names them, so no erasure could ever ask for them by name.
+        in_index = faiss.vector_to_array(self.index.id_map)
+        live = np.fromiter((label for i, label in self.side["labels"].items() if i not in erase_set), np.int64)
+        known_zero = np.fromiter(self.side.get("zeroed", []), np.int64)
+        orphans = set(in_index[~np.isin(in_index, live) & ~np.isin(in_index, known_zero)].tolist()) - labels
+        labels |= orphans
+        zeroed = 0
+        if labels:
+            slots = np.flatnonzero(np.isin(in_index, np.fromiter(labels, np.int64)))
+            d = storage.d
+            flat = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * d)  # a view: writes go to the index
+            for slot in slots.tolist():
+                flat[slot * d : (slot + 1) * d] = 0.0
+            zeroed = len(slots)
+        kill_point("reclaim:faiss:zeroed-in-memory")
+        for i in erase_set:
+            self.side["labels"].pop(i, None)
+            self.side["records"].pop(i, None)
+        self.side["zeroed"] = sorted(set(self.side.get("zeroed", [])) | labels)
+        self.side["excluded"] = sorted(self._excluded() - labels)
+        if labels:
+            self.commit()
+        return {"mechanism": "in-place", "vectors_zeroed": zeroed, "ids_dropped": len(erase_set),
+                "orphans_zeroed": len(orphans),
+                "zeroed_slots_total": len(self.side["zeroed"]), "vectors_in_index": self.index.ntotal}
+
+    def compact(self) -> dict[str, Any]:
+        """Rebuild the graph from the live records, dropping every zeroed slot and its links."""
+        with self.lock:
+            self.refresh()
+            slots = len(self.side.get("zeroed", []))
+            out = self._rebuild([])
+            return {**out, "zeroed_slots_removed": slots}
+
     def rebuild(self, erase: Sequence[str]) -> dict[str, Any]:
         """Rebuild the index from the survivors with the same parameters; commit atomically."""
         with self.lock:
@@ -351,5 +404,6 @@ class FaissStore:
             self.side["records"].pop(i, None)
         # Labels no id maps to any more (the app dropped the mapping) are not survivors either.
         self.side["excluded"] = sorted(self._excluded() - erased_labels & set(self.side["labels"].values()))
+        self.side["zeroed"] = []  # a rebuild keeps live records only
         self.commit()
         return {"vectors_before": before, "vectors_after": fresh.ntotal, "survivors": len(survivors)}

@@ -691,6 +691,25 @@ def scan_cmd(config_path: str | None, store: str | None, backend: str | None, op
         sys.exit(EXIT_ACTION_NEEDED)
 
 
+@main.command("compact")
+@CONFIG_OPTION
+@click.option("--store", "stores", multiple=True, help="A configured store (repeat; default: every store).")
+def compact_cmd(config_path: str | None, stores: tuple[str, ...]) -> None:
+    """Rewrite stores without the structural traces an in-place reclaim leaves (zeroed slots and their
+    graph links); holds each store's lock while it runs."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        names = list(stores) or sorted(tomb.config.stores)
+        for name in names:
+            adapter = tomb.adapter(name)
+            with adapter.store_lock():
+                evidence = adapter.compact()
+            detail = ", ".join(f"{k} {v}" for k, v in evidence.items() if k not in ("mechanism", "why"))
+            click.echo(f"{name} ({adapter.backend}): {evidence.get('why') or evidence['mechanism']}"
+                       + (f" ({detail})" if detail else ""))
+
+
 @main.command("auditor-key")
 @click.argument("directory", type=click.Path(file_okay=False))
 def auditor_key_cmd(directory: str) -> None:

@@ -186,6 +186,11 @@ class Adapter(abc.ABC):
         Survivors must be unchanged afterwards. Returns evidence (steps run, settings in force).
         """
 
+    def compact(self) -> dict[str, Any]:
+        """Rewrite the store without the structural traces an in-place reclaim leaves (zeroed slots and their
+        graph links, free pages); ``tombstone compact``. The caller holds the store lock. Returns evidence."""
+        return {"mechanism": "none", "why": f"the {self.backend} reclaim leaves nothing to compact"}
+
     @abc.abstractmethod
     def probe_logical(
         self,

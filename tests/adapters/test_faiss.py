@@ -247,3 +247,75 @@ def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(ft
     assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
     write(ftomb, "alice", 1, start=5)
     assert set(app_store(ftomb).get(ids=["alice-vec-00005"])) == {"alice-vec-00005"}
+
+
+def test_in_place_reclaim_zeroes_the_vectors_and_compact_removes_the_slots(ftomb, tmp_path):
+    """The default reclaim rewrites no graph: the erased vectors are zeroed where they lie, their ids and
+    texts leave the sidecar, the slots stay (hidden) until `tombstone compact` rebuilds without them."""
+    from click.testing import CliRunner
+
+    from tombstone.cli import main
+
+    mine = write(ftomb, "alice", 4)
+    theirs = write(ftomb, "bob", 30)
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    queries = HashingEmbedder(DIM)([text(f"bob-{i}") for i in range(6)] + [text(f"alice-{i}") for i in range(4)])
+    for art in arts:  # the control: the bytes are there to be found before
+        assert scan(store_dir(ftomb), fingerprint_bytes(art.fingerprint))
+    before_snap, _ = snapshot(ftomb, queries)
+    receipt, _ = ftomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    reclaim = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert reclaim["mechanism"] == "in-place" and reclaim["vectors_zeroed"] == 4
+    for art in arts:  # independent byte scan: neither id nor vector bytes anywhere
+        assert scan(store_dir(ftomb), art.artifact_id.encode()) == []
+        assert scan(store_dir(ftomb), fingerprint_bytes(art.fingerprint)) == []
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert store.index.ntotal == 34 and len(store.side["zeroed"]) == 4  # the slots stay in the graph
+    after_snap, hits = snapshot(ftomb, queries)
+    assert after_snap == {k: v for k, v in before_snap.items() if k in theirs}
+    assert all(len(row) == 5 and {a for a, _ in row} <= set(theirs) for row in hits)
+    assert all(not np.any(store.hnsw.storage.reconstruct(int(label))) for label in store.side["zeroed"])
+    result = CliRunner().invoke(main, ["compact", "--config", str(ftomb.config.path)], catch_exceptions=False)
+    assert result.exit_code == 0 and "vec (faiss): rebuild" in result.output and "zeroed_slots_removed 4" in result.output
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert store.index.ntotal == 30 and store.side["zeroed"] == []
+    assert snapshot(ftomb, queries)[0] == after_snap
+
+
+def test_a_kill_inside_the_in_place_reclaim_is_finished_by_resume(tmp_path):
+    """Killed after zeroing in memory and before the commit: the committed generation still holds the
+    vectors (the store is as before), and resume zeroes them and ends VERIFIED(physical)."""
+    import signal
+
+    from tombstone.testing import crash
+
+    config = init_deployment(tmp_path / "deploy", {"vec": {"backend": "faiss", "path": "stores/vec"}})
+    FaissStore(config.stores["vec"].options["path"], dim=DIM)
+    with Tombstone(config) as tomb:
+        mine = write(tomb, "alice", 3)
+        write(tomb, "bob", 10)
+        fps = [tomb.lineage.artifact("vec", i).fingerprint for i in mine]
+    directory = Path(config.stores["vec"].options["path"])
+    killed = crash.cli("erase", "alice", "--config", str(config.path),
+                       env={"TOMBSTONE_KILL_AT": "reclaim:faiss:zeroed-in-memory"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert all(scan(directory, fingerprint_bytes(fp)) for fp in fps)  # nothing committed yet
+    resumed = crash.cli("resume", "--config", str(config.path))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "3 VERIFIED(physical)" in resumed.stdout
+    assert not any(scan(directory, fingerprint_bytes(fp)) for fp in fps)
+    assert len(FaissStore(directory, create=False).get()) == 10
+
+
+def test_reclaim_rewrite_option_rebuilds_the_graph_on_every_erasure(ftomb):
+    mine = write(ftomb, "alice", 3)
+    write(ftomb, "bob", 12)
+    adapter = FaissAdapter("vec", {**ftomb.config.stores["vec"].options, "reclaim": "rewrite"})
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    adapter.suppress(arts)
+    evidence = adapter.reclaim(arts)
+    assert evidence["mechanism"] == "rewrite" and evidence["vectors_after"] == 12
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert store.index.ntotal == 12 and store.side["zeroed"] == []
+    assert all(r.passed for r in adapter.probe_physical(arts).values())

@@ -41,7 +41,7 @@ PAUSE_IN_RECLAIM = {
     "docstore": "reclaim:docstore:after-delete",
     "chroma": "reclaim:chroma:copy-created",
     "semantic_cache": "reclaim:chroma:copy-created",
-    "faiss": "reclaim:faiss:rebuilt-in-memory",
+    "faiss": "reclaim:faiss:zeroed-in-memory",
     "qdrant": "reclaim:qdrant:copy-back",
     "exact_cache": "reclaim:exact_cache:after-delete",
     "pgvector": "reclaim:pgvector:after-delete",
