@@ -19,18 +19,27 @@ def naive(data: bytes, pattern: bytes) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("engine", ["hyperscan", "aho-corasick"])
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(
     data=st.binary(min_size=0, max_size=600),
     patterns=st.lists(st.binary(min_size=1, max_size=6), min_size=1, max_size=5),
     chunk=st.integers(min_value=1, max_value=64),
+    threads=st.integers(min_value=1, max_value=3),
 )
-def test_matches_naive_search_across_chunk_boundaries(tmp_path, monkeypatch, data, patterns, chunk):
+def test_matches_naive_search_across_chunk_and_thread_boundaries(tmp_path, monkeypatch, engine, data, patterns,
+                                                                 chunk, threads):
+    """Binary patterns (NUL bytes included), every overlap, chunks as small as one byte, files split among
+    threads: the same offsets as a naive search, with either matcher."""
+    if engine == "aho-corasick":
+        monkeypatch.setitem(__import__("sys").modules, "hyperscan", None)  # as where no wheel installs
     monkeypatch.setattr(scanner, "CHUNK_SIZE", chunk)
+    monkeypatch.setattr(scanner, "SEGMENT_MIN", 1)
     path = tmp_path / "f.bin"
     path.write_bytes(data)
     keyed = {f"p{i}": p for i, p in enumerate(patterns)}
-    report = scan_files([path], keyed)
+    assert scanner._Matcher([b"x"]).engine == engine
+    report = scan_files([path], keyed, threads=threads)
     for key, pattern in keyed.items():
         assert [h.offset for h in report.found(key)] == naive(data, pattern), key
     assert report.bytes_scanned == len(data)

@@ -1,8 +1,9 @@
 """The multi-pattern byte scanner under every physical probe.
 
-One pass over each file finds every pattern of a batch (Aho-Corasick over bytes), reading the
-file in bounded chunks that overlap by the longest pattern's length minus one, so a match that
-straddles a chunk boundary is found once and memory stays flat whatever the file size.
+One pass over each file finds every pattern of a batch (hyperscan where its wheel installs, Aho-Corasick
+over bytes otherwise), reading the file in bounded chunks that overlap by the longest pattern's length
+minus one, so a match that straddles a chunk boundary is found once and memory stays flat whatever the
+file size. A large file is split among a few threads (both matchers release the GIL).
 
 Only regular files inside the store are read. A store's files are untrusted data: a FIFO, a device, a
 socket or a symbolic link that leaves the store (``docstore.db-shm -> /dev/zero``) would block the scan
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,8 +127,66 @@ def _open_regular(path: Path, expected: os.stat_result):
     return fh, min(st.st_size, MAX_FILE_BYTES)
 
 
+class _Matcher:
+    """Every occurrence of any of ``patterns`` in a buffer, as (pattern index, start offset).
+
+    Hyperscan (a SIMD multi-literal matcher) when it is installed, with each byte written as ``\\xHH`` (its
+    pure-literal API stops at a NUL byte, and fingerprints are binary); Aho-Corasick over bytes otherwise. Both
+    release the GIL while they scan, so threads scan parts of a file side by side."""
+
+    def __init__(self, patterns: list[bytes]) -> None:
+        self.patterns = patterns
+        self.lengths = [len(p) for p in patterns]
+        try:
+            import hyperscan
+        except ImportError:  # no wheel for this platform
+            hyperscan = None
+        self._hs = hyperscan
+        if hyperscan is not None:
+            self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            self._db.compile(expressions=[b"".join(b"\\x%02x" % c for c in p) for p in patterns],
+                             ids=list(range(len(patterns))), elements=len(patterns), flags=[0] * len(patterns))
+            self.engine = "hyperscan"
+        else:
+            self._aho = ahocorasick_rs.BytesAhoCorasick(patterns, matchkind=ahocorasick_rs.MatchKind.Standard)
+            self.engine = "aho-corasick"
+
+    def scratch(self):
+        """Per-thread state (hyperscan's scratch space), or None."""
+        return self._hs.Scratch(self._db) if self._hs is not None else None
+
+    def find(self, view: memoryview, scratch) -> list[tuple[int, int]]:
+        if self._hs is None:
+            return [(i, start) for i, start, _end in self._aho.find_matches_as_indexes(view, overlapping=True)]
+        found: list[tuple[int, int]] = []
+        lengths = self.lengths
+
+        def on_match(index: int, _from: int, to: int, _flags: int, _context) -> int:
+            found.append((index, to - lengths[index]))
+            return 0
+
+        self._db.scan(view, match_event_handler=on_match, scratch=scratch)
+        return found
+
+
+SEGMENT_MIN = 64 * 1024 * 1024
+"""A file this large or larger is split among the scan threads."""
+
+
+def scan_threads() -> int:
+    """Threads the scanner uses: the CPUs this process may run on, at most 4 (``TOMBSTONE_SCAN_THREADS``)."""
+    env = os.environ.get("TOMBSTONE_SCAN_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
 def scan_files(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, bytes], *,
-               root: str | os.PathLike[str] | None = None) -> ScanReport:
+               root: str | os.PathLike[str] | None = None, threads: int | None = None) -> ScanReport:
     """Scan ``files`` once each for all ``patterns`` (key → bytes) and report every occurrence.
 
     Several keys may share the same bytes; each key gets the hits. Files that do not exist are
@@ -134,7 +194,9 @@ def scan_files(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, b
     read raises StoreUnavailableError, because an unreadable file must never count as clean. Only
     regular files are read, each up to the size it had when opened: a FIFO, a device, a socket, or a
     symbolic link (or a path through one) that leaves ``root`` — the store's folder; without it, any
-    symbolic link — raises PhysicalUnsupportedError naming the path.
+    symbolic link — raises PhysicalUnsupportedError naming the path. A large file is read in parts by
+    ``threads`` threads (default :func:`scan_threads`), each part overlapping the next by the longest
+    pattern's length minus one; a match belongs to the part it starts in, so none is reported twice.
     """
     report = ScanReport(hits={key: [] for key in patterns})
     by_bytes: dict[bytes, list[str]] = {}
@@ -145,53 +207,68 @@ def scan_files(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, b
     distinct = list(by_bytes)
     if not distinct:
         return report
-    matcher = ahocorasick_rs.BytesAhoCorasick(distinct, matchkind=ahocorasick_rs.MatchKind.Standard)
+    matcher = _Matcher(distinct)
     overlap = max(len(p) for p in distinct) - 1
     real_root = os.path.realpath(root) if root is not None else None
-    for path in files:
-        path = Path(path)
-        checked = _checked(path, real_root)
-        if checked is None:
-            continue
-        try:
-            size = _scan_one(checked[0], checked[1], matcher, distinct, by_bytes, overlap, report, label=path)
-        except OSError as exc:
-            raise StoreUnavailableError(f"cannot read {path}: {exc.strerror or exc}") from exc
-        report.files.append(str(path))
-        report.bytes_scanned += size
+    workers = threads or scan_threads()
+    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+    try:
+        for path in files:
+            path = Path(path)
+            checked = _checked(path, real_root)
+            if checked is None:
+                continue
+            try:
+                size, found = _scan_one(checked[0], checked[1], matcher, overlap, pool, workers)
+            except OSError as exc:
+                raise StoreUnavailableError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            for index, offset in sorted(found, key=lambda item: (item[1], item[0])):
+                for key in by_bytes[distinct[index]]:
+                    report.hits[key].append(Hit(str(path), offset))
+            report.files.append(str(path))
+            report.bytes_scanned += size
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     return report
 
 
-def _scan_one(path, expected, matcher, distinct, by_bytes, overlap, report, *, label) -> int:
-    # One buffer for the whole file: the tail of the previous chunk is moved to its front and the
-    # next chunk is read in after it, so no chunk is ever copied into a new bytes object.
-    buf = bytearray(overlap + CHUNK_SIZE)
+def _scan_range(fd: int, start: int, end: int, limit: int, matcher: _Matcher, overlap: int) -> list[tuple[int, int]]:
+    """Matches that start in [start, end) of the open file, read in chunks into one buffer (each chunk plus
+    the ``overlap`` bytes after it, so a match across a chunk boundary is whole in the chunk it starts in)."""
+    buf = bytearray(CHUNK_SIZE + overlap)
     view = memoryview(buf)
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    carried = 0  # bytes at the front of buf that came from the previous chunk
-    base = 0  # file offset of buf[0]
+    scratch = matcher.scratch()
+    found: list[tuple[int, int]] = []
+    offset = start
+    while offset < end:
+        own = min(CHUNK_SIZE, end - offset)
+        want = min(own + overlap, limit - offset)
+        got = 0
+        while got < want:
+            n = os.preadv(fd, [view[got:want]], offset + got)
+            if not n:
+                break
+            got += n
+        if got < min(own, want):  # the file shrank under the scan: what is left was read
+            own = got
+        found.extend((index, offset + at) for index, at in matcher.find(view[:got], scratch) if at < own)
+        if not got:
+            break
+        offset += own
+    return found
+
+
+def _scan_one(path, expected, matcher, overlap, pool, workers) -> tuple[int, list[tuple[int, int]]]:
     fh, limit = _open_regular(path, expected)
     with fh:
-        while total < limit:
-            read = fh.readinto(view[carried : carried + min(CHUNK_SIZE, limit - total)])
-            if not read:
-                break
-            total += read
-            filled = carried + read
-            for index, start, _end in matcher.find_matches_as_indexes(view[:filled], overlapping=True):
-                absolute = base + start
-                if carried and start < carried and (index, absolute) in seen:
-                    continue  # already reported while scanning the previous chunk
-                seen.add((index, absolute))
-                for key in by_bytes[distinct[index]]:
-                    report.hits[key].append(Hit(str(label), absolute))
-            keep = min(overlap, filled)
-            buf[:keep] = bytes(view[filled - keep : filled])  # regions may overlap: copy first
-            base += filled - keep
-            carried = keep
-            seen = {item for item in seen if item[1] >= base}
-    return total
+        fd = fh.fileno()
+        if pool is None or limit < SEGMENT_MIN:
+            return limit, _scan_range(fd, 0, limit, limit, matcher, overlap)
+        bounds = [limit * i // workers for i in range(workers + 1)]
+        parts = [pool.submit(_scan_range, fd, bounds[i], bounds[i + 1], limit, matcher, overlap)
+                 for i in range(workers)]
+        return limit, [hit for part in parts for hit in part.result()]
 
 
-__all__ = ["Hit", "ScanReport", "scan_files", "check_regular", "CHUNK_SIZE", "MAX_FILE_BYTES"]
+__all__ = ["Hit", "ScanReport", "scan_files", "scan_threads", "check_regular", "CHUNK_SIZE", "MAX_FILE_BYTES"]
