@@ -42,7 +42,8 @@ def pickled_floats(values: Sequence[float]) -> bytes:
 
 
 class QdrantAdapter(QdrantHooks, Adapter):
-    """Options: ``path`` (the local-mode directory) and ``collection``."""
+    """Options: ``path`` (the local-mode directory) and ``collection``; ``reclaim``: ``in-place`` (default) or
+    ``rewrite`` (rewrite the collection and VACUUM on every erasure)."""
 
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
@@ -138,19 +139,33 @@ class QdrantAdapter(QdrantHooks, Adapter):
         return bool(conn.execute("PRAGMA secure_delete").fetchone()[0]) if conn is not None else None
 
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        """In place (the default): delete the points on Qdrant's own SQLite connection with ``secure_delete``
+        on, so SQLite zeroes their cells and freed pages — no other point is touched. If the store's files
+        still hold an artifact's bytes afterwards (an earlier delete with ``secure_delete`` off left them in
+        free pages, where no delete can reach), or with ``reclaim = "rewrite"``, rewrite the collection from
+        the survivors and VACUUM every SQLite file."""
         present = self._present(artifacts)
         secure_delete = self.secure_delete_in_force()
+        in_place = self.options.get("reclaim", "in-place") != "rewrite"
+        conn = self._storage_connection(self.name)
+        if in_place and conn is not None:
+            conn.execute("PRAGMA secure_delete=ON")
         if present:
             self.client.delete(self.name, points_selector=models.PointIdsList(points=present))
         kill_point("reclaim:qdrant:after-delete")
-        rewrite = self._rewrite()
-        return {
-            "steps": ["delete", "rewrite the collection from survivors", "VACUUM every sqlite file"],
-            "deleted": len(present),
-            "secure_delete_at_delete": secure_delete,
-            "rewrite": rewrite,
-            "vacuumed": self._vacuum_all(),
-        }
+        evidence: dict[str, Any] = {"deleted": len(present), "secure_delete_before": secure_delete,
+                                    "secure_delete_at_delete": True if in_place and conn is not None else secure_delete}
+        if in_place and conn is not None:
+            left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
+            if not left:
+                return {"mechanism": "in-place", "steps": ["PRAGMA secure_delete=ON on the collection's connection",
+                                                           "delete the points (SQLite zeroes their cells and pages)",
+                                                           "scan the files: nothing of the artifacts left"],
+                        **evidence}
+            evidence["residue_after_delete"] = left
+        return {"mechanism": "rewrite",
+                "steps": ["delete", "rewrite the collection from survivors", "VACUUM every sqlite file"],
+                **evidence, "rewrite": self._rewrite(), "vacuumed": self._vacuum_all()}
 
     def _stored_points(self, collection: str) -> list[models.PointStruct]:
         """Points exactly as persisted (raw vectors; the in-memory copy of a cosine collection is normalised)."""

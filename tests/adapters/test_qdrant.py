@@ -172,7 +172,12 @@ def test_delete_control_then_reclaim(qtomb, secure_delete):
         assert any(leftovers), "an independent scan must see what the probe saw"
     receipt, _ = qtomb.erase("alice")
     assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
-    assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["secure_delete_at_delete"] is secure_delete
+    reclaim = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert reclaim["secure_delete_before"] is secure_delete and reclaim["secure_delete_at_delete"] is True
+    if secure_delete:  # the points' own delete zeroed them: nothing else to do
+        assert reclaim["mechanism"] == "in-place" and "rewrite" not in reclaim
+    else:  # free pages an earlier delete left hold the bytes: only a rewrite and VACUUM reach them
+        assert reclaim["mechanism"] == "rewrite" and sorted(reclaim["residue_after_delete"]) == sorted(mine)
     for art in arts:
         for pattern in independent_patterns(art):
             assert scan(path_of(qtomb), pattern) == []
@@ -200,7 +205,8 @@ def test_rewrite_killed_midway_loses_no_survivor(qtomb, phase, monkeypatch):
     write(qtomb, "bob", 12)
     expected = {k: v for k, v in stored(qtomb).items() if k not in mine}
     arts = [qtomb.lineage.artifact("qd", i) for i in mine]
-    adapter = QdrantAdapter("qd", qtomb.config.stores["qd"].options)
+    rewrite = {**qtomb.config.stores["qd"].options, "reclaim": "rewrite"}
+    adapter = QdrantAdapter("qd", rewrite)
     real_upsert = adapter.client.upsert
 
     class Crash(BaseException):
@@ -218,7 +224,7 @@ def test_rewrite_killed_midway_loses_no_survivor(qtomb, phase, monkeypatch):
         adapter.reclaim(arts)
     monkeypatch.undo()
     assert (path_of(qtomb) / ".tombstone-rewrite.json").is_file()
-    fresh = QdrantAdapter("qd", qtomb.config.stores["qd"].options)  # finishes the interrupted rewrite
+    fresh = QdrantAdapter("qd", rewrite)  # finishes the interrupted rewrite
     assert stored(qtomb) == expected
     fresh.reclaim(arts)
     assert stored(qtomb) == expected
@@ -317,3 +323,29 @@ def test_read_only_a_leftover_rewrite_marker_is_left_alone_and_nothing_changes(q
     finally:
         adapter.close()
     assert tree() == before, "a read-only open changed the store (marker recovery, lock file, rewritten rows)"
+
+
+def test_in_place_reclaim_deletes_with_secure_delete_and_rewrites_nothing(qtomb):
+    """The erasure's own delete, with secure_delete forced on even where the connection had it off (the
+    control: with it off, the same delete leaves the bytes), zeroes the points where they lie: the
+    survivors' rows are not rewritten, and an independent scan finds nothing."""
+    mine = write(qtomb, "alice", 4)
+    theirs = write(qtomb, "bob", 8)
+    arts = [qtomb.lineage.artifact("qd", i) for i in mine]
+    adapter = qtomb.adapter("qd")
+    secure_delete_off(adapter)
+    for pattern in independent_patterns(arts[0]):
+        assert scan(path_of(qtomb), pattern), "the bytes are there before"
+    before = {k: v for k, v in stored(qtomb).items() if k in theirs}
+    db = path_of(qtomb) / "collection" / "chunks" / "storage.sqlite"
+    rowids = sqlite3.connect(db).execute("SELECT rowid FROM points ORDER BY rowid").fetchall()
+    receipt, _ = qtomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    reclaim = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert reclaim["mechanism"] == "in-place" and reclaim["secure_delete_before"] is False
+    for art in arts:
+        for pattern in independent_patterns(art):
+            assert scan(path_of(qtomb), pattern) == []
+    assert stored(qtomb) == before
+    after = sqlite3.connect(db).execute("SELECT rowid FROM points ORDER BY rowid").fetchall()
+    assert len(after) == 8 and set(after) <= set(rowids), "survivors keep their rows: nothing was rewritten"

@@ -42,7 +42,7 @@ PAUSE_IN_RECLAIM = {
     "chroma": "reclaim:chroma:copy-created",
     "semantic_cache": "reclaim:chroma:copy-created",
     "faiss": "reclaim:faiss:zeroed-in-memory",
-    "qdrant": "reclaim:qdrant:copy-back",
+    "qdrant": "reclaim:qdrant:after-delete",
     "exact_cache": "reclaim:exact_cache:after-delete",
     "pgvector": "reclaim:pgvector:after-delete",
 }
