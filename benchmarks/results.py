@@ -20,6 +20,7 @@ import docstore_residue
 import model_unlearning
 import pgvector_residue
 import read_path
+import scale
 import scan_rate
 import semantic
 import vector_stores
@@ -29,7 +30,7 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, pgvector_residue, crash_trials, batches, workers,
-    caches, dataset_shards, read_path, semantic, model_unlearning,
+    caches, dataset_shards, read_path, scale, semantic, model_unlearning,
 )}
 
 

@@ -131,12 +131,13 @@ class FaissAdapter(FaissHooks, Adapter):
             return ids, [self._candidates(row) for row in ids]
 
         results = {}
+        listed = set(store.get())  # the wrapper's full listing, once for the batch (not once per artifact)
         for art in artifacts:
             aid = art.artifact_id
             paths = {
                 "raw.sidecar(id)": aid in store.side["labels"],
                 "wrapper.get(ids)": aid in store.get(ids=[aid]),
-                "wrapper.get()": aid in store.get(),
+                "wrapper.get()": aid in listed,
             }
             queries = [(label, fit_dim(v, dim)) for label, v in probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)]
             paths.update(nearest_paths(aid, queries, {"raw": raw, "wrapper": wrapped}, min(TOP_K, total)))

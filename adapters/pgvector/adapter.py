@@ -221,12 +221,13 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
             return search
 
         results = {}
+        listed = {r["id"] for r in self.pg.get()}  # the wrapper's full listing, once for the batch
         for art in artifacts:
             aid = art.artifact_id
             paths = {
                 "raw.select(id)": bool(self.pg.get(ids=[aid], raw=True)),
                 "wrapper.get(ids)": bool(self.pg.get(ids=[aid])),
-                "wrapper.get()": aid in {r["id"] for r in self.pg.get()},
+                "wrapper.get()": aid in listed,
             }
             queries = [(label, fit_dim(v, dim)) for label, v in
                        probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []

@@ -51,12 +51,20 @@ def sign(body: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
     return receipt
 
 
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    """The schema's validator, built once per process (the schema is checked once, not per receipt)."""
+    schema = receipt_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 def validate_schema(receipt: Any) -> None:
-    try:
-        jsonschema.validate(receipt, receipt_schema())
-    except jsonschema.ValidationError as exc:
+    exc = jsonschema.exceptions.best_match(_validator().iter_errors(receipt))
+    if exc is not None:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
-        raise ReceiptError(f"receipt does not match schema {SCHEMA_VERSION} at {where}: {exc.message}") from exc
+        raise ReceiptError(f"receipt does not match schema {SCHEMA_VERSION} at {where}: {exc.message}")
 
 
 MAX_RECEIPT_BYTES = 256 * 1024 * 1024

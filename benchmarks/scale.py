@@ -1,0 +1,281 @@
+"""Scale: one subject's erasure as the store grows (10k → 100k vectors), per backend.
+
+Each case (backend, size) runs in its own process (``python benchmarks/scale.py CASE BACKEND SIZE``), so its
+peak memory is its own. A case builds a deployment of ``size`` dim-384 unit vectors in subjects of 100 chunks
+(lineage recorded for every chunk; FAISS loaded in one add, Chroma and Qdrant through their wrappers one
+subject per write), then measures:
+
+- one subject's erasure end to end (``Tombstone.erase``) and its steps (the journal's stamps);
+- a batch of ``BATCH`` subjects (``erase_many``) against one subject;
+- the rewrite the reclaim no longer does: FAISS ``compact`` (the graph rebuilt from the live vectors), Qdrant's
+  collection rewrite + VACUUM; Chroma's reclaim still rewrites, so its erase is the rewrite;
+- the raw store's bulk load of the survivors into a fresh store (the floor of any rewrite);
+- ``scan_files`` over the store's files with the subject's patterns against a plain read of the same files;
+- the process's peak resident memory.
+
+``run`` writes the RESULTS.md table and ``scale.png`` beside RESULTS.md (matplotlib, the ``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+HEADINGS = ("Scale: one subject's erasure from 10k to 100k vectors",)
+DIM = 384
+CHUNKS = 100
+BATCH = 10
+SIZES = (10_000, 100_000)
+BACKENDS = ("faiss", "qdrant", "chroma")
+HERE = Path(__file__).resolve().parent
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _store_options(backend: str) -> dict:
+    return {"faiss": {"backend": "faiss", "path": "stores/faiss"},
+            "qdrant": {"backend": "qdrant", "path": "stores/qdrant", "collection": "bench"},
+            "chroma": {"backend": "chroma", "path": "stores/chroma", "collection": "bench"}}[backend]
+
+
+def _build(backend: str, root: Path, size: int):
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone.capture.vector import capture_vectors
+
+    config = init_deployment(root, {backend: _store_options(backend)})
+    path = config.stores[backend].options["path"]
+    embedder = HashingEmbedder(DIM)
+    subjects = size // CHUNKS
+    refs = [f"s{i:05d}" for i in range(subjects)]
+    docs = lambda ref: [f"{ref} chunk {k}: words of a support ticket about an order and a parcel" for k in range(CHUNKS)]
+    ids = lambda ref: [f"{ref}-chunk-{k:03d}" for k in range(CHUNKS)]
+    with Tombstone(config) as tomb:
+        if backend == "faiss":
+            from tombstone_adapters.faiss import FaissStore
+
+            all_ids, all_docs, all_vecs = [], [], []
+            for i, ref in enumerate(refs):
+                vecs = _vectors(CHUNKS, i)
+                cap = capture_vectors(embedder, store=backend, backend=backend, ids=ids(ref), documents=docs(ref),
+                                      embeddings=vecs)
+                tomb.lineage.record_artifacts(ref, cap.records, probes=cap.probes)
+                all_ids += ids(ref)
+                all_docs += docs(ref)
+                all_vecs.append(cap.vectors)
+            FaissStore(path, dim=DIM, store=backend).add(all_ids, documents=all_docs, embeddings=np.vstack(all_vecs))
+        elif backend == "qdrant":
+            from qdrant_client import models
+
+            from tombstone_adapters.qdrant import TombstoneQdrant, local_client
+
+            client = local_client(path)
+            client.create_collection("bench", vectors_config=models.VectorParams(size=DIM,
+                                                                                distance=models.Distance.COSINE))
+            w = TombstoneQdrant(client, "bench", lineage=tomb.lineage, store=backend, embedder=embedder)
+            for i, ref in enumerate(refs):
+                w.upsert(ids(ref), documents=docs(ref), vectors=_vectors(CHUNKS, i), subject=ref)
+        else:
+            import chromadb
+
+            from tombstone_adapters.chroma import TombstoneCollection
+
+            col = chromadb.PersistentClient(path=path).get_or_create_collection(
+                "bench", metadata={"hnsw:space": "cosine"}, embedding_function=None)
+            w = TombstoneCollection(col, lineage=tomb.lineage, store=backend, embedder=embedder)
+            for i, ref in enumerate(refs):
+                w.add(ids=ids(ref), documents=docs(ref), embeddings=_vectors(CHUNKS, i), subject=ref)
+    return config, refs
+
+
+def _steps(tomb, saga_id: str) -> dict[str, float]:
+    begins, out = {}, {}
+    for e in tomb.lineage.journal_entries(saga_id):
+        t = datetime.strptime(e["at"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+        if e["phase"] == "begin":
+            begins[e["step"]] = t
+        elif e["step"] in begins:
+            out[e["step"]] = out.get(e["step"], 0.0) + t - begins[e["step"]]
+    return out
+
+
+def _bulk_load(backend: str, tmp: Path, n: int) -> float:
+    """The raw library loading ``n`` vectors into a fresh store, persisted (the floor of a rewrite)."""
+    vecs = _vectors(n, 99)
+    start = time.perf_counter()
+    if backend == "faiss":
+        import faiss
+
+        hnsw = faiss.IndexHNSWFlat(DIM, 32)
+        hnsw.hnsw.efConstruction = 40
+        index = faiss.IndexIDMap2(hnsw)
+        index.add_with_ids(vecs, np.arange(n, dtype=np.int64))
+        faiss.write_index(index, str(tmp / "bulk.faiss"))
+    elif backend == "qdrant":
+        from qdrant_client import QdrantClient, models
+
+        client = QdrantClient(path=str(tmp / "bulk-qdrant"))
+        client.create_collection("b", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        for s in range(0, n, 1000):
+            client.upsert("b", points=[models.PointStruct(id=i, vector=vecs[i].tolist(), payload={"n": i})
+                                       for i in range(s, min(n, s + 1000))])
+        client.close()
+    else:
+        import chromadb
+
+        col = chromadb.PersistentClient(path=str(tmp / "bulk-chroma")).create_collection(
+            "b", metadata={"hnsw:space": "cosine"}, embedding_function=None)
+        for s in range(0, n, 5000):
+            col.add(ids=[str(i) for i in range(s, min(n, s + 5000))], embeddings=vecs[s : s + 5000])
+    return time.perf_counter() - start
+
+
+def case(backend: str, size: int, tmp: Path) -> dict:
+    from tombstone import Tombstone
+    from tombstone.verify.scanner import scan_files
+
+    start = time.perf_counter()
+    config, refs = _build(backend, tmp / "deploy", size)
+    out: dict = {"backend": backend, "size": size, "load": time.perf_counter() - start}
+    with Tombstone(config) as tomb:
+        t = time.perf_counter()
+        receipt, _ = tomb.erase(refs[0])
+        out["erase"] = time.perf_counter() - t
+        assert receipt["summary"].get("VERIFIED") == CHUNKS, receipt["summary"]
+        out["steps"] = _steps(tomb, receipt["saga_id"])
+        mech = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"].get("mechanism")
+        out["mechanism"] = mech or "rewrite"
+        t = time.perf_counter()
+        batch = tomb.erase_many(refs[1 : 1 + BATCH])
+        out["batch"] = time.perf_counter() - t
+        assert all(r["summary"].get("VERIFIED") == CHUNKS for r, _ in batch)
+        adapter = tomb.adapter(backend)
+        files = [p for p in adapter.physical_files() if p.exists()]
+        arts = tomb.lineage.artifacts_for(tomb.lineage.subject_key(refs[-1]))
+        patterns = {f"{a.artifact_id}:{k}": v for a in arts for k, v in adapter.physical_patterns(a).items()}
+        out["store_mib"] = sum(p.stat().st_size for p in files) / (1 << 20)
+
+        def read():
+            buf = bytearray(8 << 20)
+            for p in files:
+                with open(p, "rb", buffering=0) as fh:
+                    while fh.readinto(buf):
+                        pass
+
+        reads, scans = [], []
+        for _ in range(5):
+            t = time.perf_counter(); read(); reads.append(time.perf_counter() - t)
+            t = time.perf_counter(); scan_files(files, patterns); scans.append(time.perf_counter() - t)
+        out["read"], out["scan"], out["patterns"] = statistics.median(reads), statistics.median(scans), len(patterns)
+        t = time.perf_counter()
+        with adapter.store_lock():
+            if backend == "faiss":
+                adapter.compact()
+            elif backend == "qdrant":
+                adapter._rewrite()
+                adapter._vacuum_all()
+        out["rewrite"] = time.perf_counter() - t if backend != "chroma" else None
+    out["bulk_load"] = _bulk_load(backend, tmp, size - CHUNKS * (1 + BATCH))
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def run(tmp: Path, sizes=SIZES, backends=BACKENDS) -> dict:
+    cases = []
+    for backend in backends:
+        for size in sizes:
+            work = tmp / f"{backend}-{size}"
+            work.mkdir(parents=True)
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "case", backend, str(size), str(work)],
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{backend} at {size}: {proc.stderr[-3000:]}")
+            cases.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(f"  {backend} {size}: erase {cases[-1]['erase']:.2f} s", file=sys.stderr, flush=True)
+    result = {"sizes": list(sizes), "cases": cases, "chunks": CHUNKS, "batch": BATCH}
+    _plot(result, HERE.parent / "scale.png")
+    return result
+
+
+def _plot(result: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for backend in dict.fromkeys(c["backend"] for c in result["cases"]):
+        rows = [c for c in result["cases"] if c["backend"] == backend]
+        sizes = [c["size"] for c in rows]
+        ax.plot(sizes, [c["erase"] for c in rows], marker="o", label=f"{backend}: one subject's erase")
+        ax.plot(sizes, [c["bulk_load"] for c in rows], marker="x", linestyle="--",
+                label=f"{backend}: bulk load of the survivors")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("vectors in the store")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"Erasing one subject of {result['chunks']} chunks")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def section(result: dict) -> str:
+    cases = {(c["backend"], c["size"]): c for c in result["cases"]}
+    sizes = result["sizes"]
+    lines = [
+        f"## {HEADINGS[0]}",
+        "",
+        f"Stores of dim-384 unit vectors in subjects of {result['chunks']} chunks, lineage recorded for every chunk;"
+        f" one subject erased end to end (`Tombstone.erase`: snapshot, suppress, reclaim, logical and physical"
+        f" probes, signed receipt), then a batch of {result['batch']} (`erase_many`). *Rewrite*: what the reclaim"
+        " did before it worked in place (FAISS: the graph rebuilt from the live vectors, what `tombstone compact`"
+        " does; Qdrant: the collection rewritten and VACUUMed); Chroma's reclaim still rewrites. *Bulk load*: the"
+        " raw library loading the survivors into a fresh store, the floor of any rewrite. Scan: `scan_files` with"
+        " one subject's patterns over the store's files, against a plain read of the same files (page cache),"
+        " median of 5. Peak memory: the case's own process. Each case is one run on two shared cores; the plot is"
+        " `scale.png`.",
+        "",
+        "| backend | vectors | reclaim | one subject's erase | of which reclaim | batch of "
+        f"{result['batch']} | rewrite | bulk load | store MiB | scan vs read | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (backend, size), c in cases.items():
+        rewrite = f"{c['rewrite']:.1f} s" if c.get("rewrite") is not None else "-"
+        lines.append(
+            f"| {backend} | {size:,} | {c['mechanism']} | {c['erase']:.2f} s | {c['steps'].get('reclaim', 0):.2f} s |"
+            f" {c['batch']:.2f} s ({c['batch'] / c['erase']:.1f}x) | {rewrite} | {c['bulk_load']:.1f} s |"
+            f" {c['store_mib']:.0f} | {c['read'] / c['scan']:.0%} of {c['store_mib'] / c['read']:.0f} MiB/s |"
+            f" {c['peak_rss_mib']:.0f} MiB |")
+    growth = []
+    for backend in dict.fromkeys(c["backend"] for c in result["cases"]):
+        if (backend, sizes[0]) in cases and (backend, sizes[-1]) in cases:
+            a, b = cases[(backend, sizes[0])], cases[(backend, sizes[-1])]
+            growth.append(f"{backend} {b['erase'] / a['erase']:.1f}x (bulk load {b['bulk_load'] / a['bulk_load']:.1f}x)")
+    lines += ["", f"From {sizes[0]:,} to {sizes[-1]:,} vectors ({sizes[-1] // sizes[0]}x the data), one subject's"
+              f" erase grew: {'; '.join(growth)}."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "case":
+        sys.path.insert(0, str(HERE))
+        print(json.dumps(case(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))))
+    else:
+        sys.exit("usage: python benchmarks/run.py scale   (or: scale.py case BACKEND SIZE WORKDIR)")
