@@ -110,6 +110,11 @@ class FaissAdapter(FaissHooks, Adapter):
                                 " 'tombstone compact'")
         return evidence
 
+    def reclaim_store(self) -> dict[str, Any]:
+        """Everything deleted goes: the graph rebuilt from the live records (vectors whose id the app dropped,
+        zeroed slots and their links are left out)."""
+        return self.compact()
+
     def compact(self) -> dict[str, Any]:
         if not self.writable:
             raise ReclaimUnavailableError("index directory or files not writable", store=self.store)

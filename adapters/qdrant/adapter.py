@@ -167,6 +167,12 @@ class QdrantAdapter(QdrantHooks, Adapter):
                 "steps": ["delete", "rewrite the collection from survivors", "VACUUM every sqlite file"],
                 **evidence, "rewrite": self._rewrite(), "vacuumed": self._vacuum_all()}
 
+    def reclaim_store(self) -> dict[str, Any]:
+        """Free pages an earlier delete left are out of any delete's reach: the collection rewritten from its
+        survivors and every SQLite file VACUUMed."""
+        return {"mechanism": "rewrite", "steps": ["rewrite the collection from survivors", "VACUUM every sqlite file"],
+                "rewrite": self._rewrite(), "vacuumed": self._vacuum_all()}
+
     def _stored_points(self, collection: str) -> list[models.PointStruct]:
         """Points exactly as persisted (raw vectors; the in-memory copy of a cosine collection is normalised)."""
         return latest_points(self.path / "collection" / collection / "storage.sqlite")

@@ -186,6 +186,13 @@ class Adapter(abc.ABC):
         Survivors must be unchanged afterwards. Returns evidence (steps run, settings in force).
         """
 
+    def reclaim_store(self) -> dict[str, Any]:
+        """The reclaim recipe over the whole store, for what is already deleted (by the store's own client,
+        before any lineage): ``tombstone reclaim --store``. The caller holds the store lock. The default runs
+        :meth:`reclaim` with no artifacts, which for a rewriting or vacuuming recipe reaches everything deleted;
+        a backend whose reclaim works in place on named records overrides it. Returns evidence."""
+        return self.reclaim([])
+
     def compact(self) -> dict[str, Any]:
         """Rewrite the store without the structural traces an in-place reclaim leaves (zeroed slots and their
         graph links, free pages); ``tombstone compact``. The caller holds the store lock. Returns evidence."""

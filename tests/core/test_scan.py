@@ -359,3 +359,108 @@ def test_pgvector_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
         admin.execute("SELECT pg_stat_force_next_flush()")
         code, report = scan_json(config.path, "pg")
         assert code == EXIT_OK, report
+
+
+def reclaim_store(config: Path, store: str):
+    return CliRunner().invoke(main, ["reclaim", "--config", str(config), "--store", store, "--json"])
+
+
+def test_reclaim_store_clears_what_the_docstores_own_delete_left_and_keeps_the_rest(tomb):
+    mine = write_docs(tomb, "alice", 4)
+    theirs = write_docs(tomb, "bob", 3)
+    path = tomb.config.stores["docs"].options["path"]
+    plain_delete(path, mine)
+    store_dir = Path(path).parent
+    assert independent_scan(store_dir, mine[0]), "control: the plain DELETE left the bytes"
+    result = reclaim_store(tomb.config.path, "docs")
+    assert result.exit_code == EXIT_OK, result.output
+    out = json.loads(result.output)
+    assert out["before"]["recoverable"] and out["before"]["count"] > 0
+    assert not out["after"]["recoverable"] and out["after"]["count"] == 0
+    assert "VACUUM" in out["evidence"]["steps"]
+    assert all(independent_scan(store_dir, i) == [] for i in mine)
+    store = DocStore(path)
+    try:
+        assert {d.id for d in store.all()} == set(theirs)
+    finally:
+        store.close()
+
+
+def test_reclaim_store_rebuilds_faiss_without_the_vectors_its_own_delete_orphaned(tmp_path):
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone.lineage.db import fingerprint_bytes
+    from tombstone_adapters.faiss.store import FaissStore
+
+    config = init_deployment(tmp_path / "deploy", {"vec": {"backend": "faiss", "path": "stores/vec"}})
+    path = Path(config.stores["vec"].options["path"])
+    FaissStore(path, dim=32)
+    with Tombstone(config) as tomb:
+        store = FaissStore(path, lineage=tomb.lineage, store="vec", embedder=HashingEmbedder(32))
+        store.add([f"a-{i}" for i in range(4)], documents=[f"alice words {i} " * 4 for i in range(4)], subject="alice")
+        store.add([f"b-{i}" for i in range(6)], documents=[f"bob words {i} " * 4 for i in range(6)], subject="bob")
+        arts = [tomb.lineage.artifact("vec", f"a-{i}") for i in range(4)]
+        tomb.adapter("vec").native_delete(arts)
+    # the control: dropping the mapping left every vector's bytes in the index file
+    assert all(any(fingerprint_bytes(a.fingerprint) in p.read_bytes() for p in path.iterdir() if p.is_file())
+               for a in arts)
+    result = reclaim_store(config.path, "vec")
+    assert result.exit_code == EXIT_OK, result.output
+    out = json.loads(result.output)
+    orphans = lambda report: next(p for p in report["places"] if p["kind"] == "vectors without a live id")["count"]
+    assert orphans(out["before"]) == 4 and orphans(out["after"]) == 0
+    assert not any(fingerprint_bytes(a.fingerprint) in p.read_bytes() for a in arts for p in path.iterdir() if p.is_file())
+    reopened = FaissStore(path, create=False)
+    assert reopened.index.ntotal == 6 and sorted(reopened.get()) == [f"b-{i}" for i in range(6)]
+
+
+def test_reclaim_store_rewrites_qdrant_when_free_pages_hold_deleted_points(tmp_path):
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import models
+    from qdrant_client.local.persistence import CollectionPersistence
+    from qdrant_client.local.utils import normalize_point_id
+
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.qdrant import point_id
+    from tombstone_adapters.qdrant.adapter import close_local_clients, local_client
+    from tombstone_adapters.qdrant.wrapper import TombstoneQdrant
+
+    config = init_deployment(tmp_path / "deploy", {"qd": {"backend": "qdrant", "path": "stores/qd",
+                                                          "collection": "chunks"}})
+    path = config.stores["qd"].options["path"]
+    local_client(path).create_collection("chunks", vectors_config=models.VectorParams(
+        size=32, distance=models.Distance.COSINE))
+    with Tombstone(config) as tomb:
+        view = TombstoneQdrant(local_client(path), "chunks", lineage=tomb.lineage, store="qd",
+                               embedder=HashingEmbedder(32))
+        mine = [f"alice-pt-{i}" for i in range(3)]
+        view.upsert(mine, documents=[f"alice words {i} " * 4 for i in range(3)], subject="alice")
+        view.upsert([f"bob-pt-{i}" for i in range(5)], documents=[f"bob words {i} " * 4 for i in range(5)],
+                    subject="bob")
+    close_local_clients()
+    con = sqlite3.connect(Path(path) / "collection" / "chunks" / "storage.sqlite")
+    con.execute("PRAGMA secure_delete=OFF")  # the client's own DELETE with upstream SQLite's default
+    with con:
+        con.executemany("DELETE FROM points WHERE id = ?",
+                        [(CollectionPersistence.encode_key(normalize_point_id(point_id(i))),) for i in mine])
+    con.close()
+    assert any(independent_scan(Path(path), i) for i in mine), "control: the bytes are in free pages"
+    result = reclaim_store(config.path, "qd")
+    assert result.exit_code == EXIT_OK, result.output
+    out = json.loads(result.output)
+    assert out["before"]["recoverable"] and not out["after"]["recoverable"]
+    assert out["evidence"]["mechanism"] == "rewrite"
+    assert all(independent_scan(Path(path), i) == [] for i in mine)
+    close_local_clients()
+    assert local_client(path).count("chunks", exact=True).count == 5
+    close_local_clients()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--store", "nope"], "no store 'nope'"),
+    ([], "Missing option '--store'"),
+])
+def test_reclaim_store_bad_input_is_one_line_and_exit_2(tomb, args, says):
+    result = CliRunner().invoke(main, ["reclaim", "--config", str(tomb.config.path), *args])
+    assert result.exit_code == EXIT_BAD_INPUT and says in result.output, result.output
