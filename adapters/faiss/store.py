@@ -272,20 +272,34 @@ class FaissStore:
         if excluded:
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(excluded, dtype=np.int64)))
             params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.hnsw.hnsw.efSearch, k))
+
+        def visible(drow, lrow) -> list[tuple[str, float]]:
+            hits = []
+            for d, label in zip(drow, lrow):
+                aid = id_of.get(label)
+                if label < 0 or aid is None or label in excluded:
+                    continue  # post-filter: never trust the selector alone
+                meta = self.side["records"][aid]["metadata"]
+                if where and any(meta.get(key) != v for key, v in where.items()):
+                    continue
+                hits.append((aid, float(d)))
+            return hits
+
+        first = min(total, max(k, 1) * 2)
+        if not first:
+            return [[] for _ in queries]
+        # All queries in one call; only a query left short of k visible results is searched again, wider.
+        dist, labels = self.index.search(queries, first, params=params)
         results = []
-        for q in queries:
-            fetch = min(total, max(k, 1) * 2)
+        for q, drow, lrow in zip(queries, dist.tolist(), labels.tolist()):
+            hits = visible(drow, lrow)
+            if len(hits) >= k or first >= total:
+                results.append(hits[:k])
+                continue
+            fetch = min(total, first * 4)
             while True:
-                dist, labels = self.index.search(q[None, :], fetch, params=params) if fetch else (np.zeros((1, 0)), np.zeros((1, 0), dtype=np.int64))
-                hits = []
-                for d, label in zip(dist[0].tolist(), labels[0].tolist()):
-                    aid = id_of.get(label)
-                    if label < 0 or aid is None or label in excluded:
-                        continue  # post-filter: never trust the selector alone
-                    meta = self.side["records"][aid]["metadata"]
-                    if where and any(meta.get(key) != v for key, v in where.items()):
-                        continue
-                    hits.append((aid, float(d)))
+                d1, l1 = self.index.search(q[None, :], fetch, params=params)
+                hits = visible(d1[0].tolist(), l1[0].tolist())
                 if len(hits) >= k or fetch >= total:
                     results.append(hits[:k])
                     break
