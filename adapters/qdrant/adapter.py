@@ -297,17 +297,36 @@ class QdrantAdapter(QdrantHooks, Adapter):
         dim = params.size if isinstance(params, models.VectorParams) else None
         total = self.client.count(self.name, exact=True).count
         searchers = {"raw": self._searcher(None, True), "wrapper": self._searcher(view, False)}
+        # The by-id paths are asked once for the whole batch (local mode evaluates a filter in Python over
+        # every point, so one call per artifact would cost the batch times the store).
+        ids = [a.artifact_id for a in artifacts]
+        found: dict[str, set[str]] = {name: set() for name in ("raw.retrieve", "raw.scroll(where id)",
+                                                                "wrapper.retrieve", "wrapper.scroll(where id)",
+                                                                "wrapper.count(where id)")}
+        payload_id = lambda point: (point.payload or {}).get(ID_KEY)
+        for start in range(0, len(ids), _PAGE):
+            part = ids[start : start + _PAGE]
+            by_ids = models.Filter(must=[models.FieldCondition(key=ID_KEY, match=models.MatchAny(any=part))])
+            found["raw.retrieve"] |= {payload_id(p) for p in self.client.retrieve(self.name,
+                                                                                ids=[point_id(i) for i in part])}
+            found["wrapper.retrieve"] |= {payload_id(p) for p in view.retrieve(part)}
+            for name, scroll in (("raw.scroll(where id)", lambda **kw: self.client.scroll(self.name, **kw)),
+                                 ("wrapper.scroll(where id)", view.scroll)):
+                offset = None
+                while True:
+                    points, offset = scroll(scroll_filter=by_ids, limit=_PAGE, offset=offset, with_payload=True)
+                    found[name] |= {payload_id(p) for p in points}
+                    if offset is None:
+                        break
+            if view.count(by_ids) > 0:  # a count names no id: only then is each one counted on its own
+                for aid in part:
+                    one = models.Filter(must=[models.FieldCondition(key=ID_KEY, match=models.MatchValue(value=aid))])
+                    if view.count(one) > 0:
+                        found["wrapper.count(where id)"].add(aid)
         results = {}
         for art in artifacts:
             aid = art.artifact_id
-            by_id = models.Filter(must=[models.FieldCondition(key=ID_KEY, match=models.MatchValue(value=aid))])
-            paths = {
-                "raw.retrieve": bool(self.client.retrieve(self.name, ids=[point_id(aid)])),
-                "raw.scroll(where id)": bool(self.client.scroll(self.name, scroll_filter=by_id, limit=1)[0]),
-                "wrapper.retrieve": bool(view.retrieve([aid])),
-                "wrapper.scroll(where id)": bool(view.scroll(scroll_filter=by_id, limit=1)[0]),
-                "wrapper.count(where id)": view.count(by_id) > 0,
-            }
+            paths = {name: aid in hits for name, hits in found.items()}
             queries = [(label, fit_dim(v, dim)) for label, v in
                        probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []
             paths.update(nearest_paths(aid, queries, searchers, min(TOP_K, total)))
