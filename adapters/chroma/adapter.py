@@ -384,13 +384,22 @@ class ChromaAdapter(ChromaHooks, Adapter):
         sample = col.get(limit=1, include=["embeddings"]) if count else None
         dim = len(sample["embeddings"][0]) if sample and len(sample["ids"]) else None
         searchers = {"raw": self._searcher(col), "wrapper": self._searcher(view)}
+        # by id, and peek, asked once for the batch
+        ids = [a.artifact_id for a in artifacts]
+        raw_ids: set[str] = set()
+        wrapped_ids: set[str] = set()
+        for start in range(0, len(ids), _PAGE):
+            part = ids[start : start + _PAGE]
+            raw_ids |= set(col.get(ids=part, include=[])["ids"])
+            wrapped_ids |= set(view.get(ids=part, include=[])["ids"])
+        peeked = set(view.peek(limit=TOP_K)["ids"])
         results = {}
         for art in artifacts:
             aid = art.artifact_id
             paths: dict[str, bool] = {
-                "raw.get(ids)": aid in col.get(ids=[aid], include=[])["ids"],
-                "wrapper.get(ids)": aid in view.get(ids=[aid], include=[])["ids"],
-                "wrapper.peek": aid in view.peek(limit=TOP_K)["ids"],
+                "raw.get(ids)": aid in raw_ids,
+                "wrapper.get(ids)": aid in wrapped_ids,
+                "wrapper.peek": aid in peeked,
             }
             id_key = self.options.get("id_key")
             if id_key:
