@@ -652,8 +652,10 @@ def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries
               help="... and its options, as in tombstone.toml (repeat; e.g. path=docs.db).")
 @click.option("--show-ids", is_flag=True, help="Also list the ids of the deleted records found (never content).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Also write the report as a self-contained HTML page to this file (never over a receipt).")
 def scan_cmd(config_path: str | None, store: str | None, backend: str | None, options: tuple[str, ...],
-             show_ids: bool, as_json: bool) -> None:
+             show_ids: bool, as_json: bool, html_out: str | None) -> None:
     """Read-only: how much deleted data the store still holds (free pages, freeblocks, ...), with no lineage
     db; exit 3 when some is recoverable."""
     from tombstone.scan import scan_configured, scan_options
@@ -674,6 +676,21 @@ def scan_cmd(config_path: str | None, store: str | None, backend: str | None, op
         if options:
             raise ConfigError("--option goes with --backend; a configured store's options come from --config")
         report = scan_configured(config_path, store)
+    if html_out is not None:
+        from datetime import datetime, timezone
+
+        from tombstone.fsutil import write_atomic
+        from tombstone.report.render import render_scan_html
+
+        target = Path(html_out)
+        if target.exists() and target.suffix == ".json":
+            raise ConfigError(f"--html {html_out}: refusing to write over a .json file (a receipt, perhaps)")
+        page = render_scan_html(report, show_ids=show_ids,
+                                generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+        try:
+            write_atomic(target, page.encode("utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot write {html_out}: {exc.strerror or exc}") from exc
     if as_json:
         click.echo(json.dumps(report.as_json(show_ids), indent=2))
     else:

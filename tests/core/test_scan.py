@@ -464,3 +464,30 @@ def test_reclaim_store_rewrites_qdrant_when_free_pages_hold_deleted_points(tmp_p
 def test_reclaim_store_bad_input_is_one_line_and_exit_2(tomb, args, says):
     result = CliRunner().invoke(main, ["reclaim", "--config", str(tomb.config.path), *args])
     assert result.exit_code == EXIT_BAD_INPUT and says in result.output, result.output
+
+
+def test_scan_writes_a_self_contained_html_page_with_ids_and_no_content(tomb, tmp_path):
+    pytest.importorskip("jinja2")
+    texts = [f"alice private words number {i} about her parcel" for i in range(4)]
+    mine = write_docs(tomb, "alice", 4, texts=texts)
+    write_docs(tomb, "bob", 2)
+    plain_delete(tomb.config.stores["docs"].options["path"], mine)
+    page = tmp_path / "scan.html"
+    result = scan("--config", str(tomb.config.path), "--store", "docs", "--show-ids", "--html", str(page))
+    assert result.exit_code == EXIT_ACTION_NEEDED, result.output
+    html = page.read_text(encoding="utf-8")
+    assert "Deleted data is recoverable" in html and "tombstone reclaim --store docs" in html
+    assert "<style>" in html and "http" not in html.split("<body", 1)[1]  # nothing fetched
+    assert any(ident in html for ident in mine)
+    assert not any(t in html for t in texts), "the page shows ids and counts, never content"
+    # after a whole-store reclaim the same page says so
+    assert reclaim_store(tomb.config.path, "docs").exit_code == EXIT_OK
+    result = scan("--config", str(tomb.config.path), "--store", "docs", "--html", str(page))
+    assert result.exit_code == EXIT_OK and "Nothing deleted is recoverable" in page.read_text(encoding="utf-8")
+
+
+def test_scan_html_never_writes_over_a_json_file(tomb, tmp_path):
+    receipt_like = tmp_path / "r.json"
+    receipt_like.write_text("{}")
+    result = scan("--config", str(tomb.config.path), "--store", "docs", "--html", str(receipt_like))
+    assert result.exit_code == EXIT_BAD_INPUT and receipt_like.read_text() == "{}"

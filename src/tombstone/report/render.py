@@ -124,6 +124,12 @@ def render_html(report: Report) -> str:
         report=report, chart=status_chart(report.counts), kinds=counted_kinds(report), version=__version__)
 
 
+def render_scan_html(scan: Any, *, show_ids: bool, generated_at: str) -> str:
+    """A ``tombstone scan`` report as one self-contained page, in the erasure report's style."""
+    return environment().get_template("scan.html.j2").render(report=scan, show_ids=show_ids,
+                                                             generated_at=generated_at)
+
+
 def render_json(report: Report) -> str:
     return json.dumps(report.as_json(), indent=2, ensure_ascii=False) + "\n"
 
