@@ -16,6 +16,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.local.persistence import CollectionPersistence
 from qdrant_client.local.utils import normalize_point_id
 
+from tombstone.capture.hidden import FixedHidden
 from tombstone.faults import kill_point
 from tombstone.fsutil import write_atomic
 from tombstone.contract import Adapter, Capability, ProbeResult
@@ -289,8 +290,24 @@ class QdrantAdapter(QdrantHooks, Adapter):
                     out[aid] = np.asarray(p.vector, dtype=np.float32)
         return out
 
+    def flagged(self) -> frozenset[str]:
+        """Artifact ids whose point carries the suppression flag (one filtered scroll of the collection)."""
+        flag = models.Filter(must=[models.FieldCondition(key=SUPPRESSED, match=models.MatchValue(value=True))])
+        out: set[str] = set()
+        offset = None
+        while True:
+            points, offset = self.client.scroll(self.name, scroll_filter=flag, limit=_PAGE, offset=offset,
+                                                with_payload=True)
+            out |= {(p.payload or {}).get(ID_KEY) or str(p.id) for p in points}
+            if offset is None:
+                return frozenset(out)
+
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
-        view = self.view()
+        # The wrapper as an app with the lineage db reads: the hidden ids (here: the flagged ones, read once)
+        # post-filtered with oversampling, and the flag checked on every point returned. A view with no
+        # hidden set would filter on the flag inside every query, which local mode does over every point.
+        view = TombstoneQdrant(self.client, self.name, lineage=None, store=self.store,
+                               hidden=FixedHidden(self.flagged()))
         probe_vectors = probe_vectors or {}
         info = self.client.get_collection(self.name)
         params = info.config.params.vectors

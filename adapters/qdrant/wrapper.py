@@ -66,13 +66,15 @@ class TombstoneQdrant:
     ``local_client``) rather than keeping the client object."""
 
     def __init__(self, client: Any, collection: str, *, lineage: LineageDB | None, store: str,
-                 embedder: Embedder | None = None, lock_wait: float = STORE_LOCK_WAIT) -> None:
+                 embedder: Embedder | None = None, lock_wait: float = STORE_LOCK_WAIT, hidden: Any = None) -> None:
         self._given, self.collection = client, collection
         self.lineage, self.store, self.embedder = lineage, store, embedder
         self.path = adopt(client)
         self.lock_wait = lock_wait
-        self.hidden = HiddenIds(lineage, store) if lineage is not None else None
-        """Ids suppressed and not yet reclaimed (None: no lineage db, the in-store flag decides)."""
+        self.hidden = hidden if hidden is not None else HiddenIds(lineage, store) if lineage is not None else None
+        """Ids suppressed and not yet reclaimed: from the lineage db, or ``hidden`` (anything with
+        ``current() -> frozenset``); None: no lineage db, the in-store flag decides on every read (a payload
+        filter local mode evaluates over every point)."""
 
     @property
     def client(self) -> Any:

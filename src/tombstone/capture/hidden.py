@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 _threads = threading.local()
@@ -54,6 +54,17 @@ class HiddenIds:
         if generation != self._generation:
             self._ids = frozenset(lineage.hidden_ids(self.store))
             self._generation = generation
+        return self._ids
+
+
+class FixedHidden:
+    """A hidden set known in advance (what a verifier read from the store's own flag), with the
+    :class:`HiddenIds` interface, for a wrapper opened without the lineage db."""
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        self._ids = frozenset(ids)
+
+    def current(self) -> frozenset[str]:
         return self._ids
 
 
