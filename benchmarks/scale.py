@@ -34,8 +34,8 @@ HEADINGS = ("Scale: one subject's erasure from 10k to 100k vectors",)
 DIM = 384
 CHUNKS = 100
 BATCH = 10
-SIZES = (10_000, 100_000)
-BACKENDS = ("faiss", "qdrant", "chroma")
+SIZES = tuple(int(n) for n in os.environ.get("TOMBSTONE_BENCH_SCALE_SIZES", "10000,100000").split(","))
+BACKENDS = tuple(os.environ.get("TOMBSTONE_BENCH_SCALE_BACKENDS", "faiss,qdrant,chroma").split(","))
 HERE = Path(__file__).resolve().parent
 
 

@@ -26,13 +26,16 @@ def naive(data: bytes, pattern: bytes) -> list[int]:
     patterns=st.lists(st.binary(min_size=1, max_size=6), min_size=1, max_size=5),
     chunk=st.integers(min_value=1, max_value=64),
     threads=st.integers(min_value=1, max_value=3),
+    window=st.integers(min_value=1, max_value=7),
 )
 def test_matches_naive_search_across_chunk_and_thread_boundaries(tmp_path, monkeypatch, engine, data, patterns,
-                                                                 chunk, threads):
+                                                                 chunk, threads, window):
     """Binary patterns (NUL bytes included), every overlap, chunks as small as one byte, files split among
-    threads: the same offsets as a naive search, with either matcher."""
+    threads, longer patterns searched by a window of their middle and checked whole: the same offsets as a
+    naive search, with either matcher."""
     if engine == "aho-corasick":
         monkeypatch.setitem(__import__("sys").modules, "hyperscan", None)  # as where no wheel installs
+    monkeypatch.setattr(scanner, "WINDOW", window)
     monkeypatch.setattr(scanner, "CHUNK_SIZE", chunk)
     monkeypatch.setattr(scanner, "SEGMENT_MIN", 1)
     path = tmp_path / "f.bin"

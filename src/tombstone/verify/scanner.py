@@ -143,9 +143,20 @@ class _Matcher:
             hyperscan = None
         self._hs = hyperscan
         if hyperscan is not None:
+            # Hyperscan slows down by two orders of magnitude on long literals over data that resembles them
+            # (pickled float vectors against a file of pickled float vectors): a pattern longer than WINDOW
+            # is searched by the WINDOW bytes in its middle, and each such hit is checked against the whole
+            # pattern in the buffer (which holds it: chunks overlap by the longest pattern).
+            windows: dict[bytes, list[tuple[int, int]]] = {}
+            for index, pattern in enumerate(patterns):
+                at = max(0, (len(pattern) - WINDOW) // 2)
+                windows.setdefault(pattern[at : at + WINDOW], []).append((index, at))
+            self._windows = list(windows.values())
+            keys = list(windows)
             self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            self._db.compile(expressions=[b"".join(b"\\x%02x" % c for c in p) for p in patterns],
-                             ids=list(range(len(patterns))), elements=len(patterns), flags=[0] * len(patterns))
+            self._db.compile(expressions=[b"".join(b"\\x%02x" % c for c in w) for w in keys],
+                             ids=list(range(len(keys))), elements=len(keys), flags=[0] * len(keys))
+            self._window_lengths = [len(w) for w in keys]
             self.engine = "hyperscan"
         else:
             self._aho = ahocorasick_rs.BytesAhoCorasick(patterns, matchkind=ahocorasick_rs.MatchKind.Standard)
@@ -159,15 +170,23 @@ class _Matcher:
         if self._hs is None:
             return [(i, start) for i, start, _end in self._aho.find_matches_as_indexes(view, overlapping=True)]
         found: list[tuple[int, int]] = []
-        lengths = self.lengths
+        lengths, patterns, windows, window_lengths = self.lengths, self.patterns, self._windows, self._window_lengths
+        size = len(view)
 
-        def on_match(index: int, _from: int, to: int, _flags: int, _context) -> int:
-            found.append((index, to - lengths[index]))
+        def on_match(window: int, _from: int, to: int, _flags: int, _context) -> int:
+            for index, at in windows[window]:
+                start = to - window_lengths[window] - at
+                end = start + lengths[index]
+                if start >= 0 and end <= size and (at == 0 and end == to or view[start:end] == patterns[index]):
+                    found.append((index, start))
             return 0
 
         self._db.scan(view, match_event_handler=on_match, scratch=scratch)
         return found
 
+
+WINDOW = 32
+"""Bytes of a longer pattern the SIMD matcher searches for (the rest is compared on each hit)."""
 
 SEGMENT_MIN = 64 * 1024 * 1024
 """A file this large or larger is split among the scan threads."""
