@@ -179,6 +179,12 @@ def case(backend: str, size: int, tmp: Path) -> dict:
             t = time.perf_counter(); read(); reads.append(time.perf_counter() - t)
             t = time.perf_counter(); scan_files(files, patterns); scans.append(time.perf_counter() - t)
         out["read"], out["scan"], out["patterns"] = statistics.median(reads), statistics.median(scans), len(patterns)
+        # `tombstone scan`: what the store's own deletes left (the batch's erasures left nothing; its
+        # read-only reading of the store is what is timed)
+        sc = tomb.config.stores[backend]
+        t = time.perf_counter()
+        forensic = type(adapter).scan_deleted(sc.name, dict(sc.options))
+        out["forensic_scan"], out["forensic_recoverable"] = time.perf_counter() - t, forensic.recoverable
         t = time.perf_counter()
         with adapter.store_lock():
             if backend == "faiss":
@@ -249,12 +255,12 @@ def section(result: dict) -> str:
         " does; Qdrant: the collection rewritten and VACUUMed); Chroma's reclaim still rewrites. *Bulk load*: the"
         " raw library loading the survivors into a fresh store, the floor of any rewrite. Scan: `scan_files` with"
         " one subject's patterns over the store's files, against a plain read of the same files (page cache),"
-        " median of 5. Peak memory: the case's own process. Each case is one run on two shared cores; the plot is"
+        " median of 5; `tombstone scan`: the read-only forensic scan of the whole store, once. Peak memory: the case's own process. Each case is one run on two shared cores; the plot is"
         " `scale.png`.",
         "",
         "| backend | vectors | reclaim | one subject's erase | of which reclaim | batch of "
-        f"{result['batch']} | rewrite | bulk load | store MiB | scan vs read | peak memory |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"{result['batch']} | rewrite | bulk load | store MiB | scan vs read | `tombstone scan` | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (backend, size), c in cases.items():
         rewrite = f"{c['rewrite']:.1f} s" if c.get("rewrite") is not None else "-"
@@ -262,6 +268,7 @@ def section(result: dict) -> str:
             f"| {backend} | {size:,} | {c['mechanism']} | {c['erase']:.2f} s | {c['steps'].get('reclaim', 0):.2f} s |"
             f" {c['batch']:.2f} s ({c['batch'] / c['erase']:.1f}x) | {rewrite} | {c['bulk_load']:.1f} s |"
             f" {c['store_mib']:.0f} | {c['read'] / c['scan']:.0%} of {c['store_mib'] / c['read']:.0f} MiB/s |"
+            f" {c['forensic_scan']:.2f} s{' (found deleted data)' if c['forensic_recoverable'] else ''} |"
             f" {c['peak_rss_mib']:.0f} MiB |")
     growth = []
     for backend in dict.fromkeys(c["backend"] for c in result["cases"]):
