@@ -136,7 +136,7 @@ def _bulk_load(backend: str, tmp: Path, n: int) -> float:
         import chromadb
 
         col = chromadb.PersistentClient(path=str(tmp / "bulk-chroma")).create_collection(
-            "b", metadata={"hnsw:space": "cosine"}, embedding_function=None)
+            "bulk", metadata={"hnsw:space": "cosine"}, embedding_function=None)
         for s in range(0, n, 5000):
             col.add(ids=[str(i) for i in range(s, min(n, s + 5000))], embeddings=vecs[s : s + 5000])
     return time.perf_counter() - start
@@ -198,19 +198,32 @@ def case(backend: str, size: int, tmp: Path) -> dict:
     return out
 
 
+def _cases(sizes, backends) -> list[tuple[str, int]]:
+    """``TOMBSTONE_BENCH_SCALE_CASES`` (``faiss:100000,qdrant:10000``) or every backend at every size."""
+    env = os.environ.get("TOMBSTONE_BENCH_SCALE_CASES")
+    if env:
+        return [(b, int(n)) for b, n in (item.split(":") for item in env.split(","))]
+    return [(b, n) for b in backends for n in sizes]
+
+
 def run(tmp: Path, sizes=SIZES, backends=BACKENDS) -> dict:
-    cases = []
-    for backend in backends:
-        for size in sizes:
-            work = tmp / f"{backend}-{size}"
-            work.mkdir(parents=True)
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "case", backend, str(size), str(work)],
-                                  capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{backend} at {size}: {proc.stderr[-3000:]}")
-            cases.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            print(f"  {backend} {size}: erase {cases[-1]['erase']:.2f} s", file=sys.stderr, flush=True)
-    result = {"sizes": list(sizes), "cases": cases, "chunks": CHUNKS, "batch": BATCH}
+    cases, failed = [], []
+    todo = _cases(sizes, backends)
+    for backend, size in todo:
+        work = tmp / f"{backend}-{size}"
+        work.mkdir(parents=True)
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "case", backend, str(size), str(work)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:  # the other cases are still reported; this one is named as failed
+            print(f"  {backend} {size}: failed\n{proc.stderr[-3000:]}", file=sys.stderr, flush=True)
+            failed.append(f"{backend} at {size:,}")
+            continue
+        cases.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"  {backend} {size}: erase {cases[-1]['erase']:.2f} s", file=sys.stderr, flush=True)
+    if not cases:
+        raise RuntimeError(f"every case failed: {', '.join(failed)}")
+    result = {"sizes": sorted({n for _, n in todo}), "cases": cases, "chunks": CHUNKS, "batch": BATCH,
+              "failed": failed}
     _plot(result, HERE.parent / "scale.png")
     return result
 
@@ -275,6 +288,8 @@ def section(result: dict) -> str:
         if (backend, sizes[0]) in cases and (backend, sizes[-1]) in cases:
             a, b = cases[(backend, sizes[0])], cases[(backend, sizes[-1])]
             growth.append(f"{backend} {b['erase'] / a['erase']:.1f}x (bulk load {b['bulk_load'] / a['bulk_load']:.1f}x)")
+    if result.get("failed"):
+        lines += ["", f"Cases that failed in this run (see its output): {', '.join(result['failed'])}."]
     lines += ["", f"From {sizes[0]:,} to {sizes[-1]:,} vectors ({sizes[-1] // sizes[0]}x the data), one subject's"
               f" erase grew: {'; '.join(growth)}."]
     return "\n".join(lines)
