@@ -291,7 +291,12 @@ def section(result: dict) -> str:
     if result.get("failed"):
         lines += ["", f"Cases that failed in this run (see its output): {', '.join(result['failed'])}."]
     lines += ["", f"From {sizes[0]:,} to {sizes[-1]:,} vectors ({sizes[-1] // sizes[0]}x the data), one subject's"
-              f" erase grew: {'; '.join(growth)}."]
+              f" erase grew: {'; '.join(growth)}.",
+              "", "Where the time goes: with the reclaim in place (FAISS, Qdrant) the erase is mostly the verify"
+              " step, whose logical probe queries each artifact's probe vectors through the raw and the wrapped"
+              " read paths; it grows with the artifacts and with the cost of one query (Qdrant local mode"
+              " searches by brute force), which is also why a batch costs about as many times one subject as"
+              " it has subjects. Chroma's reclaim rewrites the collection, so its erase carries a rewrite."]
     return "\n".join(lines)
 
 
