@@ -266,24 +266,44 @@ def test_faiss_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
         assert independent_scan(path, ident) == []
 
 
-def test_qdrant_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
-    pytest.importorskip("qdrant_client")
+def qdrant_deployment(tmp_path):
+    """A deployment with one Qdrant local-mode store ``qd`` (collection ``chunks``, dim 32): config, path."""
     from qdrant_client import models
 
-    from tombstone import Tombstone, init_deployment
-    from tombstone.capture import HashingEmbedder
-    from qdrant_client.local.persistence import CollectionPersistence
-    from qdrant_client.local.utils import normalize_point_id
-
-    from tombstone_adapters.qdrant import point_id
-    from tombstone_adapters.qdrant.adapter import close_local_clients, local_client
-    from tombstone_adapters.qdrant.wrapper import TombstoneQdrant
+    from tombstone import init_deployment
+    from tombstone_adapters.qdrant.adapter import local_client
 
     config = init_deployment(tmp_path / "deploy", {"qd": {"backend": "qdrant", "path": "stores/qd",
                                                           "collection": "chunks"}})
     path = config.stores["qd"].options["path"]
     local_client(path).create_collection("chunks", vectors_config=models.VectorParams(
         size=32, distance=models.Distance.COSINE))
+    return config, path
+
+
+def delete_points_plainly(path: str, ids: list[str]) -> None:
+    """The DELETE Qdrant local mode runs for these points, with upstream SQLite's default (secure_delete off)."""
+    from qdrant_client.local.persistence import CollectionPersistence
+    from qdrant_client.local.utils import normalize_point_id
+
+    from tombstone_adapters.qdrant import point_id
+
+    con = sqlite3.connect(Path(path) / "collection" / "chunks" / "storage.sqlite")
+    con.execute("PRAGMA secure_delete=OFF")
+    with con:
+        con.executemany("DELETE FROM points WHERE id = ?", [
+            (CollectionPersistence.encode_key(normalize_point_id(point_id(i))),) for i in ids])
+    con.close()
+
+
+def test_qdrant_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
+    pytest.importorskip("qdrant_client")
+    from tombstone import Tombstone
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.qdrant.adapter import close_local_clients, local_client
+    from tombstone_adapters.qdrant.wrapper import TombstoneQdrant
+
+    config, path = qdrant_deployment(tmp_path)
     with Tombstone(config) as tomb:
         def write(subject, n):
             ids = [f"{subject}-pt-{i:05d}" for i in range(n)]
@@ -304,13 +324,7 @@ def test_qdrant_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
         code, report = scan_json(config.path, "qd")
         assert bool(report["ids"]) == bool(independent_scan(Path(path), mine[0]))
         # the control: the same DELETE the client runs, with upstream SQLite's default (secure_delete off)
-        database = Path(path) / "collection" / "chunks" / "storage.sqlite"
-        con = sqlite3.connect(database)
-        con.execute("PRAGMA secure_delete=OFF")
-        with con:
-            con.executemany("DELETE FROM points WHERE id = ?", [
-                (CollectionPersistence.encode_key(normalize_point_id(point_id(i))),) for i in mine[1:]])
-        con.close()
+        delete_points_plainly(path, mine[1:])
         before = hashes(Path(path))
         code, report = scan_json(config.path, "qd")
         assert hashes(Path(path)) == before, "the scan changed a byte of the store"
@@ -416,21 +430,12 @@ def test_reclaim_store_rebuilds_faiss_without_the_vectors_its_own_delete_orphane
 
 def test_reclaim_store_rewrites_qdrant_when_free_pages_hold_deleted_points(tmp_path):
     pytest.importorskip("qdrant_client")
-    from qdrant_client import models
-    from qdrant_client.local.persistence import CollectionPersistence
-    from qdrant_client.local.utils import normalize_point_id
-
-    from tombstone import Tombstone, init_deployment
+    from tombstone import Tombstone
     from tombstone.capture import HashingEmbedder
-    from tombstone_adapters.qdrant import point_id
     from tombstone_adapters.qdrant.adapter import close_local_clients, local_client
     from tombstone_adapters.qdrant.wrapper import TombstoneQdrant
 
-    config = init_deployment(tmp_path / "deploy", {"qd": {"backend": "qdrant", "path": "stores/qd",
-                                                          "collection": "chunks"}})
-    path = config.stores["qd"].options["path"]
-    local_client(path).create_collection("chunks", vectors_config=models.VectorParams(
-        size=32, distance=models.Distance.COSINE))
+    config, path = qdrant_deployment(tmp_path)
     with Tombstone(config) as tomb:
         view = TombstoneQdrant(local_client(path), "chunks", lineage=tomb.lineage, store="qd",
                                embedder=HashingEmbedder(32))
@@ -439,12 +444,7 @@ def test_reclaim_store_rewrites_qdrant_when_free_pages_hold_deleted_points(tmp_p
         view.upsert([f"bob-pt-{i}" for i in range(5)], documents=[f"bob words {i} " * 4 for i in range(5)],
                     subject="bob")
     close_local_clients()
-    con = sqlite3.connect(Path(path) / "collection" / "chunks" / "storage.sqlite")
-    con.execute("PRAGMA secure_delete=OFF")  # the client's own DELETE with upstream SQLite's default
-    with con:
-        con.executemany("DELETE FROM points WHERE id = ?",
-                        [(CollectionPersistence.encode_key(normalize_point_id(point_id(i))),) for i in mine])
-    con.close()
+    delete_points_plainly(path, mine)  # the client's own DELETE with upstream SQLite's default
     assert any(independent_scan(Path(path), i) for i in mine), "control: the bytes are in free pages"
     result = reclaim_store(config.path, "qd")
     assert result.exit_code == EXIT_OK, result.output
