@@ -265,15 +265,20 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
         place=name, kind="sqlite free pages", count=len(free_deleted), bytes=free_bytes, ids=sorted(free_deleted),
         note=f"{free_pages} page(s) on the freelist (PRAGMA freelist_count {freelist_count})"))
 
-    # freeblocks and the unallocated gap of every b-tree page
-    cell_ids: set[str] = set()
-    block_bytes = blocks = 0
+    # freeblocks and the unallocated gap of every b-tree page; table pages and index pages apart: an index
+    # page holds keys only, and rebalancing leaves fragments of live keys in its free space, so there only
+    # the deleted records named count (a table page's free bytes count alone: they are what a row held)
+    found: dict[bool, set[str]] = {True: set(), False: set()}
+    free: dict[bool, int] = {True: 0, False: 0}
+    blocks = {True: 0, False: 0}
     for page in sorted(_btree_pages(data, page_size, roots)):
         base = (page - 1) * page_size
         header = base + (100 if page == 1 else 0)
         kind = data[header]
         if kind not in (_LEAF_INDEX, _LEAF_TABLE, _INTERIOR_INDEX, _INTERIOR_TABLE):
             continue
+        table = kind in (_LEAF_TABLE, _INTERIOR_TABLE)
+        cell_ids = found[table]
         cells = int.from_bytes(data[header + 3:header + 5], "big")
         content = int.from_bytes(data[header + 5:header + 7], "big") or 65536
         pointers_end = header + (8 if kind in (_LEAF_INDEX, _LEAF_TABLE) else 12) + 2 * cells
@@ -282,7 +287,7 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
             gap = pointers_end
             while gap + 2 <= base + content and pointers_end - base <= int.from_bytes(data[gap:gap + 2], "big") < usable:
                 gap += 2
-            block_bytes += _nonzero_content(data, gap, base + content)
+            free[table] += _nonzero_content(data, gap, base + content)
             cell_ids |= carve(data, pointers_end, base + content, shapes, validate)
             if find_ids is not None:
                 cell_ids |= find_ids(data[pointers_end:base + content])
@@ -292,16 +297,21 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
             visited.add(block)
             size = int.from_bytes(data[base + block + 2:base + block + 4], "big")
             end = min(base + block + size, base + usable)
-            blocks += 1
-            block_bytes += _nonzero_content(data, base + block + 4, end)
+            blocks[table] += 1
+            free[table] += _nonzero_content(data, base + block + 4, end)
             cell_ids |= carve(data, base + block, end, shapes, validate, freeblock=True)
             if find_ids is not None:
                 cell_ids |= find_ids(data[base + block:end])
             block = int.from_bytes(data[base + block:base + block + 2], "big")
-    cell_deleted = cell_ids - live
-    report.places.append(ScanPlace(
-        place=name, kind="sqlite freeblocks", count=len(cell_deleted), bytes=block_bytes, ids=sorted(cell_deleted),
-        note=f"{blocks} freeblock(s) and the unallocated space of the b-tree pages"))
+    for table in (True, False):
+        deleted = found[table] - live
+        report.places.append(ScanPlace(
+            place=name, kind="sqlite freeblocks" if table else "sqlite index freeblocks", count=len(deleted),
+            bytes=free[table], ids=sorted(deleted), bytes_count=table,
+            note=(f"{blocks[table]} freeblock(s) and the unallocated space of the table b-tree pages" if table else
+                  f"{blocks[table]} freeblock(s) and the unallocated space of the index b-tree pages: keys only,"
+                  " and rebalancing leaves fragments of live keys there, so only deleted records named there"
+                  " count")))
     return report
 
 
