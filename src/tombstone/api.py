@@ -80,7 +80,8 @@ class Tombstone:
                                    receipt_path=self.default_receipt_path, levels=config.levels,
                                    has_store=lambda store: store in config.stores,
                                    receipts_dir=config.receipts_dir,
-                                   auditors=tuple(load_auditor_key(path) for path in config.auditor_keys))
+                                   auditors=tuple(load_auditor_key(path) for path in config.auditor_keys),
+                                   scan_store=self.scan_store, reopen=self.reopen)
         """What sagas of this deployment work through."""
 
     @classmethod
@@ -109,6 +110,34 @@ class Tombstone:
             adapter.content_key = self.secret.content_key
             self._adapters[store] = adapter
         return self._adapters[store]
+
+    def reopen(self, store: str) -> None:
+        """Close a store's adapter; the next use opens it again (after a recipe rewrote the store's files)."""
+        adapter = self._adapters.pop(store, None)
+        if adapter is not None:
+            adapter.close()
+
+    def scan_store(self, store: str) -> Any:
+        """``tombstone scan`` of a configured store (``tombstone.scan.ScanReport``); None where its backend has
+        no scan. Read-only."""
+        from tombstone.contract import adapter_class
+
+        if store not in self.config.stores:
+            raise ConfigError(f"store {store!r} is not configured in {self.config.path}", store=store)
+        cfg = self.config.stores[store]
+        try:
+            return adapter_class(cfg.backend).scan_deleted(store, dict(cfg.options))
+        except NotImplementedError:
+            return None
+
+    def reclaim_store(self, store: str, *, out: str | Path | None = None, wait: float = 0.0,
+                      ) -> tuple[dict[str, Any], Path]:
+        """Apply ``store``'s reclaim recipe to the whole store, for what its own client already deleted, with
+        a scan before and after; return the receipt (kind ``tombstone.store-reclaim-receipt``, subject
+        ``store:NAME``) and its file. An unfinished reclaim of the same store is finished first."""
+        saga = Saga.start_store_reclaim(self.context, store, out_path=None if out is None else str(out), wait=wait)
+        receipt = saga.run()
+        return receipt, saga.receipt_path
 
     def default_receipt_path(self, subject: str) -> Path:
         """Where a subject's receipt goes unless the caller names a file: ``receipts_dir/<subject>.json`` for a

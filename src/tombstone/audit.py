@@ -34,6 +34,7 @@ from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, Tombst
 from tombstone.keys import PUBLIC_KEY, key_id, load_public_key
 from tombstone.lineage.guard import forbid_lineage
 from tombstone.receipt import load_receipt, verify
+from tombstone.receipt.signing import STORE_RECLAIM_KIND
 from tombstone.receipt.sealing import load_private as load_auditor_private
 from tombstone.receipt.model import ArtifactEntry, Receipt
 from tombstone.verify import runner
@@ -222,6 +223,7 @@ def audit(
             chain = check_chain(chain_receipts, anchor)
         auditor_key = load_auditor_private(auditor_key_path) if auditor_key_path else None
         rows = _reprobe(Receipt.parse(receipt), config, auditor_key, trust_config=trust_config)
+        rows += _rescan(receipt, config)
     return AuditReport(str(receipt_path), "ok", chain, rows, trusted.describe())
 
 
@@ -290,6 +292,37 @@ def _reprobe(receipt: Receipt, config: Config, auditor_key: Any = None, *, trust
             verdict = verdicts.get(entry.artifact_id)
             rows.append(_compare(entry, verdict.reported if verdict else {}, list(dict.fromkeys(not_run))))
     return rows
+
+
+def _rescan(receipt: dict[str, Any], config: Config) -> list[AuditRow]:
+    """A store reclaim receipt's claim, re-checked: the store scanned again (read-only, ``tombstone scan``).
+    A receipt that said nothing deleted was recoverable is contradicted by a scan that finds some now."""
+    section = receipt.get("store_reclaim")
+    if receipt.get("kind") != STORE_RECLAIM_KIND or not isinstance(section, dict):
+        return []
+    store, after = str(section.get("store")), section.get("after")
+    if after is None:
+        says = "no scan for this backend: nothing counted"
+    elif after.get("recoverable"):
+        says = f"recoverable after the reclaim: {after.get('count')} record(s), {after.get('bytes')} byte(s)"
+    else:
+        says = "nothing deleted recoverable after the reclaim"
+    row = lambda found, verdict, not_run=(): AuditRow("(the whole store)", store, says, found, verdict,  # noqa: E731
+                                                      list(not_run))
+    cfg = config.stores.get(store)
+    if cfg is None:
+        return [row("not checked", UNCHECKED, [f"scan: store {store!r} is not in the configuration"])]
+    try:
+        report = adapter_class(cfg.backend).scan_deleted(store, dict(cfg.options))
+    except NotImplementedError as exc:
+        return [row("not checked", UNCHECKED, [f"scan: {exc}"])]
+    except TombstoneError as exc:
+        return [row("not checked", UNCHECKED, [f"scan: {exc}"])]
+    found = (f"recoverable now: {report.count} record(s), {report.bytes} byte(s)" if report.recoverable
+             else "nothing deleted recoverable now")
+    if after is None or after.get("recoverable"):
+        return [row(found, AGREE)]  # the receipt claimed no clean store: nothing to contradict
+    return [row(found, CONTRADICTED if report.recoverable else AGREE)]
 
 
 def _compare(entry: ArtifactEntry, outcomes: dict[Level, Any], not_run: list[str]) -> AuditRow:

@@ -212,12 +212,16 @@ def _exit_for(done: list[tuple[dict[str, Any], Any]]) -> None:
     from tombstone.receipt.model import Receipt
 
     waiting = [(Receipt.parse(data), path) for data, path in done]
-    waiting = [(r, p) for r, p in waiting if r.needs_action or not r.artifacts]
+    waiting = [(r, p) for r, p in waiting
+               if r.needs_action or r.store_left_recoverable or (not r.artifacts and r.store_reclaim is None)]
     if not waiting:
         return
     for receipt, path in waiting:
         click.echo(f"ACTION NEEDED for {receipt.subject} ({path}):")
-        if not receipt.artifacts:
+        if receipt.store_left_recoverable:
+            click.echo("  the scan after the store reclaim still finds deleted data -- next: run 'tombstone scan"
+                       " --show-ids' on the store and see verification-levels.md for what its recipe leaves")
+        elif not receipt.artifacts and receipt.store_reclaim is None:
             click.echo("  no artifact is recorded for this subject -- next: check the subject reference"
                        " (stores written outside the wrappers are not covered)")
         for line in store_lines(receipt):
@@ -711,50 +715,39 @@ def scan_cmd(config_path: str | None, store: str | None, backend: str | None, op
 @main.command("reclaim")
 @CONFIG_OPTION
 @click.option("--store", "store", required=True, help="The configured store to reclaim.")
-@click.option("--json", "as_json", is_flag=True, help="Print the scans before and after and the evidence as JSON.")
-def reclaim_cmd(config_path: str | None, store: str, as_json: bool) -> None:
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Write the receipt here (default: the receipts directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt's store_reclaim section as JSON.")
+def reclaim_cmd(config_path: str | None, store: str, out: str | None, as_json: bool) -> None:
     """Apply the store's reclaim recipe to the whole store, so what its own client already deleted leaves its
-    files; 'tombstone scan' before and after (where the backend has one). Exit 3 when the scan after still
-    finds deleted data."""
+    files; 'tombstone scan' before and after (where the backend has one). Journaled (an interrupted reclaim
+    finishes with 'tombstone resume') and sealed by a signed receipt of kind store reclaim. Exit 3 when the
+    scan after still finds deleted data."""
     from tombstone.api import Tombstone
-    from tombstone.contract import adapter_class
 
     with Tombstone.open(config_path) as tomb:
         if store not in tomb.config.stores:
             known = ", ".join(sorted(tomb.config.stores)) or "none"
             raise ConfigError(f"no store {store!r} in {tomb.config.path} (stores: {known})")
-        sc = tomb.config.stores[store]
-
-        def scanned():
-            try:
-                return adapter_class(sc.backend).scan_deleted(sc.name, dict(sc.options))
-            except NotImplementedError:  # the backend has no scan: nothing to count, the recipe still runs
-                return None
-
-        before = scanned()
-        adapter = tomb.adapter(store)
-        with adapter.store_lock():
-            evidence = adapter.reclaim_store()
-        adapter.close()
-        tomb._adapters.pop(store, None)  # the next use reopens what the recipe rewrote
-        after = scanned()
+        receipt, path = tomb.reclaim_store(store, out=out)
+    section = receipt["store_reclaim"]
+    before, after, evidence = section["before"], section["after"], section["evidence"]
     if as_json:
-        click.echo(json.dumps({"store": store, "backend": sc.backend, "evidence": evidence,
-                               "before": before.as_json(False) if before else None,
-                               "after": after.as_json(False) if after else None}, indent=2, default=str))
+        click.echo(json.dumps({**section, "receipt": str(path)}, indent=2, default=str))
     else:
         steps = evidence.get("steps") or [evidence.get("mechanism", "reclaim")]
-        click.echo(f"{store} ({sc.backend}): {'; '.join(map(str, steps))}")
+        click.echo(f"{store} ({section['backend']}): {'; '.join(map(str, steps))}")
         if before is None or after is None:
-            click.echo(f"{store}: no scan for the {sc.backend} backend, so nothing is counted before or after")
+            click.echo(f"{store}: no scan for the {section['backend']} backend, so nothing is counted before or after")
         else:
-            rows = [(q.place, q.kind, p.count, p.bytes, q.count, q.bytes)
-                    for p, q in zip(before.places, after.places)]
+            rows = [(q["place"], q["kind"], p["count"], p["bytes"], q["count"], q["bytes"])
+                    for p, q in zip(before["places"], after["places"])]
             click.echo(_table(("place", "what", "records before", "bytes before", "records after", "bytes after"),
                               rows))
-            verdict = "deleted data is still recoverable" if after.recoverable else "nothing deleted is recoverable"
-            click.echo(f"{store} ({sc.backend}): {verdict} ({after.count} record(s), {after.bytes} byte(s))")
-    if after is not None and after.recoverable:
+            verdict = "deleted data is still recoverable" if after["recoverable"] else "nothing deleted is recoverable"
+            click.echo(f"{store} ({section['backend']}): {verdict} ({after['count']} record(s), {after['bytes']} byte(s))")
+        click.echo(f"receipt: {path}")
+    if after is not None and after["recoverable"]:
         sys.exit(EXIT_ACTION_NEEDED)
 
 

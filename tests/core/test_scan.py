@@ -398,6 +398,15 @@ def test_reclaim_store_clears_what_the_docstores_own_delete_left_and_keeps_the_r
         assert {d.id for d in store.all()} == set(theirs)
     finally:
         store.close()
+    # the signed receipt: its own kind, the counts before and after, and not one id of what went
+    receipt_file = Path(out["receipt"])
+    receipt = json.loads(receipt_file.read_text())
+    assert (receipt["kind"], receipt["subject"], receipt["artifacts"]) == (
+        "tombstone.store-reclaim-receipt", "store:docs", [])
+    assert receipt["store_reclaim"]["before"]["count"] == out["before"]["count"] > 0
+    assert receipt["store_reclaim"]["after"]["count"] == 0
+    assert not any(i.encode() in receipt_file.read_bytes() for i in mine)
+    assert tomb.lineage.chain_head()[1] == receipt["receipt_hash"]
 
 
 def test_reclaim_store_rebuilds_faiss_without_the_vectors_its_own_delete_orphaned(tmp_path):
@@ -520,3 +529,92 @@ def test_a_qdrant_store_that_never_deleted_scans_clean_though_its_index_pages_ho
     code, report = scan_json(config.path, "qd")
     assert code == EXIT_ACTION_NEEDED and "s07-pt-00700" in report["ids"]
     assert {p["kind"]: p for p in report["places"]}["sqlite freeblocks"]["recoverable"]
+
+
+def audit_store_reclaim(config: Path, receipt: Path):
+    result = CliRunner().invoke(main, ["audit", str(receipt), "--config", str(config), "--json",
+                                       "--key", str(config.parent / "keys" / "signing.pub")])
+    return result.exit_code, json.loads(result.output)
+
+
+def test_a_store_reclaim_receipt_is_audited_by_scanning_the_store_again(tomb):
+    mine = write_docs(tomb, "alice", 3)
+    write_docs(tomb, "bob", 2)
+    path = tomb.config.stores["docs"].options["path"]
+    plain_delete(path, mine)
+    result = reclaim_store(tomb.config.path, "docs")
+    assert result.exit_code == EXIT_OK, result.output
+    receipt = Path(json.loads(result.output)["receipt"])
+    code, report = audit_store_reclaim(tomb.config.path, receipt)
+    [row] = report["artifacts"]
+    assert code == 0 and row["verdict"] == "agree" and row["audit_found"] == "nothing deleted recoverable now"
+    # the store's own client deletes again, the plain way: the receipt's "nothing recoverable" is contradicted
+    bob = [d.id for d in DocStore(path).all()]
+    plain_delete(path, bob[:1])
+    code, report = audit_store_reclaim(tomb.config.path, receipt)
+    assert code != 0 and report["verdict"] == "contradicted", report
+
+
+def test_reclaim_store_exits_3_when_the_recipe_leaves_deleted_data(tomb, monkeypatch):
+    from tombstone_adapters.docstore.adapter import DocstoreAdapter
+
+    mine = write_docs(tomb, "alice", 3)
+    plain_delete(tomb.config.stores["docs"].options["path"], mine)
+    monkeypatch.setattr(DocstoreAdapter, "reclaim_store", lambda self: {"mechanism": "nothing (a recipe that failed)"})
+    result = CliRunner().invoke(main, ["reclaim", "--config", str(tomb.config.path), "--store", "docs"])
+    assert result.exit_code == EXIT_ACTION_NEEDED, result.output
+    assert "deleted data is still recoverable" in result.output and "receipt:" in result.output
+
+
+def test_a_store_reclaim_killed_midway_is_finished_by_resume_with_the_first_count(deployment):
+    import os
+    import subprocess
+    import sys
+
+    from tombstone import Tombstone
+
+    with Tombstone(deployment) as t:
+        mine = write_docs(t, "alice", 4)
+    plain_delete(deployment.stores["docs"].options["path"], mine)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    run = lambda *args, **more: subprocess.run([sys.executable, "-m", "tombstone", *args, "--config",  # noqa: E731
+                                                str(deployment.path)], capture_output=True, text=True, timeout=300,
+                                               env={**env, **more})
+    killed = run("reclaim", "--store", "docs", TOMBSTONE_KILL_AT="saga:reclaim-store:docs:acted")
+    assert killed.returncode == -9, killed.stderr
+    resumed = run("resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    [receipt_file] = [p for p in deployment.receipts_dir.glob("*.json")]
+    receipt = json.loads(receipt_file.read_text())
+    assert receipt["kind"] == "tombstone.store-reclaim-receipt"
+    assert receipt["store_reclaim"]["before"]["count"] > 0 and not receipt["store_reclaim"]["after"]["recoverable"]
+    assert all(independent_scan(Path(deployment.stores["docs"].options["path"]).parent, i) == [] for i in mine)
+
+
+def test_reclaim_store_clears_what_chromas_own_delete_left(tmp_path):
+    chromadb = pytest.importorskip("chromadb")
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.chroma.wrapper import TombstoneCollection
+
+    config = init_deployment(tmp_path / "deploy", {"vectors": {"backend": "chroma", "path": "stores/vectors",
+                                                                "collection": "docs"}})
+    path = Path(config.stores["vectors"].options["path"])
+    chromadb.PersistentClient(path=str(path)).create_collection(
+        "docs", metadata={"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20},
+        embedding_function=None)
+    with Tombstone(config) as tomb:
+        col = TombstoneCollection(chromadb.PersistentClient(path=str(path)).get_collection("docs"),
+                                  lineage=tomb.lineage, store="vectors", embedder=HashingEmbedder(32))
+        mine = [f"alice-chunk-{i:05d}" for i in range(5)]
+        col.add(ids=mine, documents=[f"alice text number {i} " * 5 for i in range(5)], subject="alice")
+        col.add(ids=[f"bob-chunk-{i:05d}" for i in range(40)],
+                documents=[f"bob text number {i} " * 5 for i in range(40)], subject="bob")
+        tomb.adapter("vectors").native_delete([tomb.lineage.artifact("vectors", i) for i in mine])
+    assert any(independent_scan(path, i) for i in mine), "control: Chroma's own delete left the ids on disk"
+    result = reclaim_store(config.path, "vectors")
+    assert result.exit_code == EXIT_OK, result.output
+    out = json.loads(result.output)
+    assert out["before"]["recoverable"] and not out["after"]["recoverable"], out
+    assert all(independent_scan(path, i) == [] for i in mine)
+    assert chromadb.PersistentClient(path=str(path)).get_collection("docs").count() == 40

@@ -68,9 +68,12 @@ def summary(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, finished_at: str,
                  entries: Sequence[Mapping[str, Any]], previous_receipt_hash: str | None,
-                 statement: str | None = None, kind: str = RECEIPT_KIND) -> dict[str, Any]:
+                 statement: str | None = None, kind: str = RECEIPT_KIND,
+                 store_reclaim: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The body that is hashed and signed: everything but ``receipt_hash`` and ``signature``. ``kind`` is
-    ``RECEIPT_KIND`` for a subject's erasure, ``SOURCE_RECEIPT_KIND`` for named records of a source."""
+    ``RECEIPT_KIND`` for a subject's erasure, ``SOURCE_RECEIPT_KIND`` for named records of a source,
+    ``STORE_RECLAIM_KIND`` for a whole store's reclaim (whose ``store_reclaim`` section says what was done
+    and what the scan counted before and after)."""
     if kind not in RECEIPT_KINDS:
         raise ValueError(f"unknown receipt kind {kind!r}")
     body = {
@@ -89,6 +92,8 @@ def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, 
     }
     if statement:
         body["statement"] = statement
+    if store_reclaim is not None:
+        body["store_reclaim"] = dict(store_reclaim)
     return body
 
 

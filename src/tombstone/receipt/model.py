@@ -147,6 +147,22 @@ class Receipt:
         return str(self.data["schema_version"])
 
     @property
+    def kind(self) -> str:
+        return str(self.data.get("kind", "tombstone.erasure-receipt"))
+
+    @property
+    def store_reclaim(self) -> dict[str, Any] | None:
+        """A store reclaim receipt's section (store, backend, evidence, scans before and after); else None."""
+        section = self.data.get("store_reclaim")
+        return dict(section) if isinstance(section, Mapping) else None
+
+    @property
+    def store_left_recoverable(self) -> bool:
+        """A store reclaim after which the scan still found deleted data."""
+        section = self.store_reclaim
+        return bool(section and section.get("after") and section["after"].get("recoverable"))
+
+    @property
     def needs_action(self) -> list[ArtifactEntry]:
         """The artifacts a person must still act on."""
         return [entry for entry in self.artifacts if entry.action]

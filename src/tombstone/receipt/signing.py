@@ -28,7 +28,10 @@ SOURCE_RECEIPT_KIND = "tombstone.source-erasure-receipt"
 """An erasure of named records of a source (a document an index loaded, or records deleted by id), not of a
 data subject: ``subject`` is the source's reference, and the records may belong to several subjects.
 LangChain indexing cleanups and vector-store deletes write one per source."""
-RECEIPT_KINDS = (RECEIPT_KIND, SOURCE_RECEIPT_KIND)
+STORE_RECLAIM_KIND = "tombstone.store-reclaim-receipt"
+"""A whole store's reclaim (``tombstone reclaim --store``): what the store's own client had already deleted,
+with the scan's counts before and after; no subject, no artifacts."""
+RECEIPT_KINDS = (RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND)
 
 
 @lru_cache(maxsize=1)

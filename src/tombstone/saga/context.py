@@ -62,6 +62,11 @@ class SagaContext:
     receipts_dir: Path | None = None
     """The directory default receipt names are recorded relative to (so a moved deployment's resume writes
     into its own receipts directory); paths outside it are recorded whole."""
+    scan_store: Callable[[str], Any] = lambda store: None
+    """``tombstone scan`` of a configured store (a ``tombstone.scan.ScanReport``), or None where its backend
+    has no scan: what a store reclaim counts before and after."""
+    reopen: Callable[[str], None] = lambda store: None
+    """Close a store's adapter so the next use opens it again (after a recipe rewrote the store's files)."""
 
 
 __all__ = ["RetryPolicy", "SagaContext"]

@@ -36,7 +36,7 @@ from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.receipt import canonical_bytes, sign
 from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
-from tombstone.receipt.signing import RECEIPT_KIND, SOURCE_RECEIPT_KIND
+from tombstone.receipt.signing import RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND
 from tombstone.receipt.files import numbered, receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
@@ -179,6 +179,34 @@ class Saga:
             stored = create_saga(ctx, saga_id, reference, out_path, plan={
                 "artifacts": [[a.store, a.artifact_id, reason] for a, reason in ordered],
                 "kind": kind, "statement": statement})
+            return cls(ctx, saga_id, reference, stored, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def start_store_reclaim(cls, owner: Any, store: str, *, out_path: str | None = None,
+                            wait: float = 0.0) -> "Saga":
+        """Reclaim a whole store: apply its backend's recipe to everything its own client already deleted
+        (``Adapter.reclaim_store``), with ``tombstone scan`` before and after. Journaled like any saga (the
+        scan before, the recipe, the scan after are steps, so a resume keeps the first count), and sealed by
+        a receipt of kind ``STORE_RECLAIM_KIND`` whose subject is ``store:NAME``. One at a time per store."""
+        ctx = _context(owner)
+        if not ctx.has_store(store):
+            raise ConfigError(f"store {store!r} is not configured", store=store)
+        reference = f"store:{store}"
+        key = ctx.lineage.subject_key(reference)
+        lock = SubjectLock(ctx.lineage, key)
+        lock.acquire(subject=reference, wait=wait)
+        try:
+            running = ctx.lineage.running_saga(key)
+            if running is not None:
+                return cls(ctx, running["saga_id"], reference, running["out_path"], lock)
+            saga_id = str(uuid.uuid4())
+            stored = create_saga(ctx, saga_id, reference, out_path, plan={
+                "artifacts": [], "kind": STORE_RECLAIM_KIND, "store": store,
+                "statement": f"store {store}: the reclaim recipe applied to the whole store, for what its own"
+                             " client had already deleted; no subject's records were named"})
             return cls(ctx, saga_id, reference, stored, lock)
         except BaseException:
             lock.release()
@@ -426,11 +454,17 @@ class Saga:
                                               scope=self.scope.get((art.store, art.artifact_id), "owned"),
                                               suppression=sup, reclaim=rec, auditors=self.ctx.auditors))
         plan = self.lineage.step_result(self.saga_id, "plan") or {}
+        store_reclaim = None
+        if plan.get("kind") == STORE_RECLAIM_KIND:
+            store = plan["store"]
+            store_reclaim = {"store": store, **(self.lineage.step_result(self.saga_id, "reclaim-store", store) or {}),
+                             "before": self.lineage.step_result(self.saga_id, "scan-before", store).get("scan"),
+                             "after": self.lineage.step_result(self.saga_id, "scan-after", store).get("scan")}
         body = receipt_body(subject=self.subject, saga_id=self.saga_id, sequence=(head[0] if head else 0) + 1,
                             started_at=saga["started_at"], finished_at=iso(self.ctx.clock()), entries=entries,
                             previous_receipt_hash=head[1] if head else None,
                             statement=plan.get("statement") or (None if entries else NOTHING_RECORDED),
-                            kind=plan.get("kind") or RECEIPT_KIND)
+                            kind=plan.get("kind") or RECEIPT_KIND, store_reclaim=store_reclaim)
         receipt = sign(body, self.ctx.signer())
         data = canonical_bytes(receipt)
         out = self._destination()
@@ -596,6 +630,28 @@ def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[li
     kill_point(f"{point}:done")
 
 
+def _store_reclaim_steps(saga: Saga, store: str) -> None:
+    """A store reclaim's three journaled steps: the scan before (kept once taken, so a resumed reclaim still
+    reports what the store held when it began), the recipe under the store's lock, the scan after."""
+    ctx = saga.ctx
+
+    def scanned(pending: list[Saga]) -> dict[str, Any]:
+        report = ctx.scan_store(store)
+        return {s.saga_id: {"scan": None if report is None else report.as_json(False)} for s in pending}
+
+    def recipe(pending: list[Saga]) -> dict[str, Any]:
+        adapter = ctx.adapter(store)
+        # A failure propagates and leaves the saga running: 'tombstone resume' runs the recipe again (it is
+        # idempotent: whatever is deleted by then goes), keeping the scan taken before.
+        evidence = saga._locked(store, lambda a: a.reclaim_store())
+        ctx.reopen(store)  # the recipe may have rewritten what the open adapter holds
+        return {s.saga_id: {"backend": adapter.backend, "evidence": evidence} for s in pending}
+
+    run_step([saga], "scan-before", store, scanned)
+    run_step([saga], "reclaim-store", store, recipe)
+    run_step([saga], "scan-after", store, scanned)
+
+
 def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
     """Run sagas with one pass per store and step: one suppress call, one reclaim (one rewrite, one
     VACUUM) and one probe pass (one byte scan for all patterns) per store, for all of them.
@@ -653,6 +709,10 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
                                                   for a in plans[s.saga_id][store]}} for s in pending}
             return act
 
+        for s in sagas:
+            plan = s.lineage.step_result(s.saga_id, "plan") or {}
+            if plan.get("kind") == STORE_RECLAIM_KIND:
+                _store_reclaim_steps(s, plan["store"])
         for step, make in (("snapshot", snapshot), ("suppress", suppress), ("reclaim", reclaim), ("verify", verify)):
             for store in stores:
                 run_step([s for s in sagas if store in plans[s.saga_id]], step, store, make(store))
