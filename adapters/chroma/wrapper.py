@@ -19,6 +19,7 @@ import numpy as np
 
 from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.hidden import HiddenIds, keep_positions
+from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, capture_vectors, embed
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -203,7 +204,8 @@ class TombstoneCollection:
         if len(subjects) != len(ids):
             raise ValueError("one subject, or one per id")
         cap = capture_vectors(self.embedder, store=self.store, backend=self.backend, ids=ids,
-                              documents=documents, embeddings=embeddings, kind=kind)
+                              documents=documents, embeddings=embeddings, kind=kind,
+                              defer=deferred.mode() == "background")
         # Lineage first, all of it in one transaction: assume the store write will fail. A lineage
         # row for a record that never landed is harmless; a record without lineage can't be erased.
         with self.lineage.atomic():
@@ -216,6 +218,7 @@ class TombstoneCollection:
                     edges=[(s_store, s_id, self.store, i, relation) for i in mine
                            for s_store, s_id, relation in _edges(sources)],
                 )
+        cap.submit(self.lineage, self.embedder)
         return cap.vectors
 
     @staticmethod

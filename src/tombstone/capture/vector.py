@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,6 +44,15 @@ class VectorCapture:
     """Lineage rows, one per chunk."""
     probes: list[tuple[str, str, str, np.ndarray]]
     """(store, artifact id, sha256 of the probe query, vector) rows."""
+    deferred: list[tuple[str, str, str]] = field(default_factory=list)
+    """(store, artifact id, probe query) rows left for ``tombstone.capture.deferred`` to embed and record."""
+
+    def submit(self, lineage: Any, embedder: "Embedder") -> None:
+        """Queue the deferred probe fragments; call once the lineage rows are committed."""
+        if self.deferred:
+            from tombstone.capture.deferred import PROBES
+
+            PROBES.submit(lineage, embedder, self.deferred)
 
 
 def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
@@ -65,10 +74,13 @@ def capture_vectors(
     documents: Sequence[str | None] | None,
     embeddings: np.ndarray | Sequence[Sequence[float]] | None = None,
     kind: str = "vector",
+    defer: bool = False,
 ) -> VectorCapture:
     """Embed chunks (unless given) and their probe fragments in one call; build lineage rows.
 
-    Each chunk with text gets up to three probe queries: its first, middle and last eight words.
+    Each chunk with text gets up to three probe queries: its first, middle and last eight words. With
+    ``defer`` the fragments are not embedded here: they are left in ``deferred`` for the caller to queue
+    (``VectorCapture.submit``) once the lineage rows are committed.
     """
     n = len(ids)
     docs = list(documents) if documents is not None else [None] * n
@@ -76,6 +88,9 @@ def capture_vectors(
         raise ValueError("ids and documents differ in length")
     fragments: list[tuple[int, str]] = [(i, q) for i, d in enumerate(docs) if d for q in probe_queries(d)]
     texts = [] if embeddings is not None else [d or "" for d in docs]
+    deferred = [(store, str(ids[i]), q) for i, q in fragments] if defer else []
+    if defer:
+        fragments = []
     out = embed(embedder, texts + [q for _, q in fragments])
     if embeddings is not None:
         vectors = np.asarray(embeddings, dtype=np.float32).reshape(n, -1)
@@ -100,7 +115,7 @@ def capture_vectors(
         for i in range(n)
     ]
     probes = [(store, str(ids[i]), query_sha256(q), probe_vecs[k]) for k, (i, q) in enumerate(fragments)]
-    return VectorCapture(vectors=vectors, records=records, probes=probes)
+    return VectorCapture(vectors=vectors, records=records, probes=probes, deferred=deferred)
 
 
 def vectors_for_write(
@@ -120,9 +135,12 @@ def vectors_for_write(
     if lineage is not None:
         if subject is None or embedder is None:
             raise ValueError("the wrapper needs subject= and an embedder")
+        from tombstone.capture.deferred import mode
+
         cap = capture_vectors(embedder, store=store, backend=backend, ids=ids, documents=documents,
-                              embeddings=embeddings)
+                              embeddings=embeddings, defer=mode() == "background")
         lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+        cap.submit(lineage, embedder)
         return cap.vectors
     if embeddings is not None:
         return np.asarray(embeddings, dtype=np.float32)

@@ -138,6 +138,8 @@ class LineageDB:
         if forbidden_by is not None:
             raise LineageError(f"{forbidden_by} does not open the lineage db ({target})")
         self.postgres = is_dsn(target)
+        self.target = target
+        """The SQLite path or DSN this db was opened from (a DSN may hold a password: never shown)."""
         self.path = None if self.postgres else Path(target)
         self.where = redact_dsn(str(target)) if self.postgres else str(target)
         """Where the db is, for messages (a DSN's password is never shown)."""
@@ -488,14 +490,34 @@ class LineageDB:
         )
         return [self._artifact(row) for row in rows]
 
+    def record_probes(self, probes: Iterable[tuple[str, str, str, np.ndarray]]) -> int:
+        """Record (store, artifact id, sha256 of the probe query, vector) rows of artifacts that are still live
+        (``tombstone.capture.deferred``): an artifact erased meanwhile gets none. Returns the rows written."""
+        written = 0
+        with self.atomic() as conn:
+            for store, aid, query, vector in probes:
+                written += conn.execute(
+                    "INSERT INTO probes SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM artifacts WHERE store = ?"
+                    " AND artifact_id = ? AND state = 'live') ON CONFLICT (store, artifact_id, query_sha256)"
+                    " DO UPDATE SET vector = excluded.vector",
+                    (store, aid, query, np.asarray(vector, dtype="<f4").tobytes(), store, aid)).rowcount
+        return written
+
     def probe_vectors(self, artifacts: Iterable[ArtifactRecord]) -> dict[str, list[np.ndarray]]:
-        """Probe vectors of each artifact, keyed by artifact id."""
+        """Probe vectors of each artifact, keyed by artifact id (after this process's queued probes are
+        recorded)."""
+        from tombstone.capture import deferred
+
+        deferred.flush()
         return {a.artifact_id: [v for _, v in self.probes_for(a.store, a.artifact_id)] for a in artifacts}
 
     def count_artifacts(self) -> dict[str, int]:
         return dict(self._conn.execute("SELECT state, count(*) FROM artifacts GROUP BY state").fetchall())
 
     def probes_for(self, store: str, artifact_id: str) -> list[tuple[str, np.ndarray]]:
+        from tombstone.capture import deferred
+
+        deferred.flush()
         rows = self._conn.execute(
             "SELECT query_sha256, vector FROM probes WHERE store = ? AND artifact_id = ?",
             (store, artifact_id),

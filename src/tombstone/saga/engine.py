@@ -13,6 +13,7 @@ signer); verification is the pipeline of ``tombstone.verify.runner``.
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from tombstone.errors import (
     shown,
 )
 from tombstone.capabilities import Capability
+from tombstone.capture import deferred
 from tombstone.faults import kill_point
 from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
@@ -659,6 +661,10 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
     Every saga still journals its own steps (with its share of the result) and gets its own receipt, so a
     batch killed midway resumes saga by saga with plain ``tombstone resume``. Releases every subject lock.
     """
+    # Probe vectors this process still has queued (``tombstone.capture.deferred``) land before anything is
+    # suppressed: after that they would be refused, the artifacts no longer being live.
+    for problem in deferred.flush():
+        warnings.warn(problem, RuntimeWarning, stacklevel=2)
     try:
         plans = {s.saga_id: _group(s._plan()) for s in sagas}
         lead = sagas[0]

@@ -1,0 +1,149 @@
+"""Probe fragments embedded and recorded off the write path.
+
+A wrapper's write records what an erasure cannot do without before the store is touched: each chunk's
+lineage row (owner, fingerprint, content hash). The probe vectors — the embeddings of three short fragments
+of each chunk, which let the logical probe ask the store the way a user would — are only evidence for a
+later erasure, and with a real embedding model they are most of the wrapper's cost (three more sequences
+per chunk). So by default they are embedded and recorded by one daemon thread per process, with its own
+connection to the lineage db, while the application goes on.
+
+What this changes, and what it does not:
+
+* Anything in this process that reads probe vectors (an erasure, ``LineageDB.probe_vectors``) first waits
+  for the queue (``flush``), so within one process an erasure sees every probe of every earlier write.
+* Probe rows are written only for artifacts still live in the lineage db, in one transaction with that
+  check: a chunk erased before its probes were embedded never gets them (records keep nothing of what was
+  erased).
+* A process that dies before the queue drains leaves those chunks without probe vectors. An erasure of
+  them still runs every other probe (ids, the chunk's own vector, the byte scan); the logical probe says it
+  had no fragment probes, as it does for an auditor who never has them.
+* ``TOMBSTONE_PROBE_CAPTURE=inline`` embeds the fragments in the write call itself, as one embedding call
+  with the chunks (the behaviour before this module existed).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+MODE_ENV = "TOMBSTONE_PROBE_CAPTURE"
+MODES = ("background", "inline")
+
+
+def mode() -> str:
+    """``background`` (the default) or ``inline``, from ``TOMBSTONE_PROBE_CAPTURE``."""
+    value = os.environ.get(MODE_ENV, "background").strip().lower() or "background"
+    if value not in MODES:
+        from tombstone.errors import ConfigError
+
+        raise ConfigError(f"{MODE_ENV}={value!r}: choose one of {', '.join(MODES)}")
+    return value
+
+
+@dataclass
+class _Job:
+    lineage: Any
+    embedder: Callable[[list[str]], Any]
+    rows: list[tuple[str, str, str]]
+    """(store, artifact id, fragment text)."""
+
+
+@dataclass
+class ProbeQueue:
+    """One daemon thread that embeds probe fragments and records their vectors, in submission order."""
+
+    _queue: "queue.Queue[_Job | None]" = field(default_factory=queue.Queue)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _idle: threading.Condition = field(default_factory=lambda: threading.Condition(threading.Lock()))
+    _pending: int = 0
+    _errors: list[str] = field(default_factory=list)
+    _connections: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def submit(self, lineage: Any, embedder: Callable[[list[str]], Any], rows: Sequence[tuple[str, str, str]]) -> None:
+        """Queue (store, artifact id, fragment) rows whose artifacts ``lineage`` has just recorded."""
+        if not rows:
+            return
+        with self._idle:
+            self._pending += 1
+        self._queue.put(_Job(lineage, embedder, list(rows)))
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="tombstone-probes", daemon=True)
+                self._thread.start()
+
+    def flush(self, timeout: float | None = None) -> list[str]:
+        """Wait until every queued job is recorded (or ``timeout`` seconds pass); return and forget the errors
+        of jobs that failed (their chunks have no probe vectors)."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0, timeout=timeout)
+            errors, self._errors = self._errors, []
+        return errors
+
+    @property
+    def pending(self) -> int:
+        with self._idle:
+            return self._pending
+
+    def _connection(self, lineage: Any) -> Any:
+        """This thread's own connection to the lineage db ``lineage`` is open on (a LineageDB is not shared
+        between threads)."""
+        from tombstone.lineage.db import LineageDB
+
+        key = (str(lineage.target), id(lineage.secret))
+        conn = self._connections.get(key)
+        if conn is None:
+            conn = self._connections[key] = LineageDB(lineage.target, lineage.secret, clock=lineage.clock)
+        return conn
+
+    def _run(self) -> None:
+        from tombstone.capture.fragments import query_sha256
+        from tombstone.capture.vector import embed
+
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                vectors = embed(job.embedder, [text for _, _, text in job.rows])
+                self._connection(job.lineage).record_probes(
+                    [(store, aid, query_sha256(text), vectors[k]) for k, (store, aid, text) in enumerate(job.rows)])
+            except Exception as exc:  # the write has landed; only its probe vectors are lost
+                stores = sorted({store for store, _, _ in job.rows})
+                chunks = len({(store, aid) for store, aid, _ in job.rows})
+                with self._idle:
+                    self._errors.append(f"probe vectors of {chunks} chunk(s) in {', '.join(stores)} were not"
+                                        f" recorded: {type(exc).__name__}: {exc}")
+            finally:
+                if self._queue.empty():  # idle: hold no connection (nor a file, nor a server slot) meanwhile
+                    self._close_connections()
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _close_connections(self) -> None:
+        for conn in self._connections.values():
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self._connections.clear()
+
+
+PROBES = ProbeQueue()
+"""This process's queue."""
+
+
+def flush(timeout: float | None = None) -> list[str]:
+    """Wait for this process's queued probe vectors to be recorded; the errors of jobs that failed."""
+    return PROBES.flush(timeout)
+
+
+atexit.register(flush, 120.0)  # a stuck embedder does not hold the process forever
+
+__all__ = ["MODES", "MODE_ENV", "PROBES", "ProbeQueue", "flush", "mode"]
