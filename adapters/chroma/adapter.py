@@ -22,7 +22,7 @@ from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 from tombstone.verify.scanner import check_regular
 
@@ -393,6 +393,10 @@ class ChromaAdapter(ChromaHooks, Adapter):
             raw_ids |= set(col.get(ids=part, include=[])["ids"])
             wrapped_ids |= set(view.get(ids=part, include=[])["ids"])
         peeked = set(view.peek(limit=TOP_K)["ids"])
+        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
+                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
+                   if dim else [] for art in artifacts}
+        nearest = nearest_paths_many(list(queries.items()), searchers, min(TOP_K, count))
         results = {}
         for art in artifacts:
             aid = art.artifact_id
@@ -405,16 +409,14 @@ class ChromaAdapter(ChromaHooks, Adapter):
             if id_key:
                 paths[f"raw.get(where {id_key})"] = aid in col.get(where={id_key: aid}, include=[])["ids"]
                 paths[f"wrapper.get(where {id_key})"] = aid in view.get(where={id_key: aid}, include=[])["ids"]
-            queries = [(label, fit_dim(v, dim)) for label, v in
-                       probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []
-            paths.update(nearest_paths(aid, queries, searchers, min(TOP_K, count)))
+            paths.update(nearest[aid])
             returned = sorted(p for p, hit in paths.items() if hit)
             results[aid] = ProbeResult(
                 level=Level.LOGICAL,
                 passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
                 evidence={"paths": sorted(paths), "returned_by": returned,
-                          "probe_vectors": len(queries), "collection_count": count},
+                          "probe_vectors": len(queries[aid]), "collection_count": count},
             )
         return results
 

@@ -15,7 +15,7 @@ from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, 
 from tombstone.fsutil import Snapshot
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
 from .store import BACKEND, FaissStore
@@ -137,6 +137,10 @@ class FaissAdapter(FaissHooks, Adapter):
 
         results = {}
         listed = set(store.get())  # the wrapper's full listing, once for the batch (not once per artifact)
+        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
+                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
+                   for art in artifacts}
+        nearest = nearest_paths_many(list(queries.items()), {"raw": raw, "wrapper": wrapped}, min(TOP_K, total))
         for art in artifacts:
             aid = art.artifact_id
             paths = {
@@ -144,14 +148,13 @@ class FaissAdapter(FaissHooks, Adapter):
                 "wrapper.get(ids)": aid in store.get(ids=[aid]),
                 "wrapper.get()": aid in listed,
             }
-            queries = [(label, fit_dim(v, dim)) for label, v in probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)]
-            paths.update(nearest_paths(aid, queries, {"raw": raw, "wrapper": wrapped}, min(TOP_K, total)))
+            paths.update(nearest[aid])
             returned = sorted(p for p, hit in paths.items() if hit)
             results[aid] = ProbeResult(
                 level=Level.LOGICAL,
                 passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
-                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)},
+                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])},
             )
         return results
 

@@ -27,7 +27,7 @@ from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, 
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
 from .server import connect, dsn_from
@@ -222,22 +222,30 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
 
         results = {}
         listed = {r["id"] for r in self.pg.get()}  # the wrapper's full listing, once for the batch
+        every = [a.artifact_id for a in artifacts]
+        selected, got = set(), set()  # the by-id paths, asked for the batch in pages (not once per artifact)
+        for start in range(0, len(every), 1000):
+            part = every[start:start + 1000]
+            selected |= {r["id"] for r in self.pg.get(ids=part, raw=True)}
+            got |= {r["id"] for r in self.pg.get(ids=part)}
+        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
+                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
+                   if dim else [] for art in artifacts}
+        nearest = nearest_paths_many(list(queries.items()), {"raw": searcher(True), "wrapper": searcher(False)},
+                                     min(TOP_K, total))
         for art in artifacts:
             aid = art.artifact_id
             paths = {
-                "raw.select(id)": bool(self.pg.get(ids=[aid], raw=True)),
-                "wrapper.get(ids)": bool(self.pg.get(ids=[aid])),
+                "raw.select(id)": aid in selected,
+                "wrapper.get(ids)": aid in got,
                 "wrapper.get()": aid in listed,
             }
-            queries = [(label, fit_dim(v, dim)) for label, v in
-                       probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []
-            paths.update(nearest_paths(aid, queries, {"raw": searcher(True), "wrapper": searcher(False)},
-                                       min(TOP_K, total)))
+            paths.update(nearest[aid])
             returned = sorted(p for p, hit in paths.items() if hit)
             results[aid] = ProbeResult(
                 level=Level.LOGICAL, passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
-                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)},
+                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])},
             )
         return results
 

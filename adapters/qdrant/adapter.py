@@ -24,7 +24,7 @@ from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
 from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneQdrant, point_id
@@ -340,19 +340,21 @@ class QdrantAdapter(QdrantHooks, Adapter):
                     one = models.Filter(must=[models.FieldCondition(key=ID_KEY, match=models.MatchValue(value=aid))])
                     if view.count(one) > 0:
                         found["wrapper.count(where id)"].add(aid)
+        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
+                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
+                   if dim else [] for art in artifacts}
+        nearest = nearest_paths_many(list(queries.items()), searchers, min(TOP_K, total))
         results = {}
         for art in artifacts:
             aid = art.artifact_id
             paths = {name: aid in hits for name, hits in found.items()}
-            queries = [(label, fit_dim(v, dim)) for label, v in
-                       probe_set(art.fingerprint, probe_vectors.get(aid, []), dim)] if dim else []
-            paths.update(nearest_paths(aid, queries, searchers, min(TOP_K, total)))
+            paths.update(nearest[aid])
             returned = sorted(p for p, hit in paths.items() if hit)
             results[aid] = ProbeResult(
                 level=Level.LOGICAL,
                 passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
-                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)},
+                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])},
             )
         return results
 

@@ -87,6 +87,34 @@ def nearest_paths(artifact_id: str, queries: list[tuple[str, np.ndarray]], searc
     return paths
 
 
+BATCH_QUERIES = 512
+"""Probe vectors per searcher call when many artifacts are probed together."""
+
+
+def nearest_paths_many(items: Sequence[tuple[str, list[tuple[str, np.ndarray]]]], searchers: dict, k: int,
+                       batch: int = BATCH_QUERIES) -> dict[str, dict[str, bool]]:
+    """``nearest_paths`` for many artifacts at once: the probe vectors of all of them go through each searcher
+    in calls of up to ``batch`` vectors (one call per batch and path, not one per artifact and path). Returns
+    each artifact's paths, exactly as ``nearest_paths`` would for it alone."""
+    out: dict[str, dict[str, bool]] = {aid: {} for aid, _ in items}
+    if k <= 0:
+        return out
+    flat = [(aid, label, vec) for aid, queries in items for label, vec in queries]
+    if not flat:
+        return out
+    for name, search in searchers.items():
+        for start in range(0, len(flat), batch):
+            part = flat[start:start + batch]
+            ids_per_query, candidates = search(np.stack([v for _, _, v in part]).astype(np.float32), k)
+            for q, (aid, label, vec) in enumerate(part):
+                ids = list(ids_per_query[q])
+                paths = out[aid]
+                paths[f"{name}.top{TOP_K}({label})"] = aid in ids
+                chosen = mmr_select(vec, np.asarray(candidates[q])) if ids else []
+                paths[f"{name}.mmr({label})"] = aid in [ids[i] for i in chosen]
+    return out
+
+
 def fit_dim(vector: np.ndarray, dim: int) -> np.ndarray:
     """Truncate or zero-pad a probe vector to the store's dimension."""
     v = np.asarray(vector, dtype=np.float32)
