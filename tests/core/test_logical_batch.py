@@ -40,3 +40,13 @@ def test_an_artifact_with_no_probe_vectors_gets_no_nearest_paths():
     out = nearest_paths_many([("a0", []), ("a1", [("fragment1", np.ones(4, dtype=np.float32))])],
                              {"raw": exact_searcher(["a1"], np.ones((1, 4), dtype=np.float32), calls)}, 1)
     assert out["a0"] == {} and out["a1"] == {"raw.top40(fragment1)": True, "raw.mmr(fragment1)": True}
+
+
+def test_mmr_for_many_queries_chooses_what_mmr_for_one_chooses():
+    from tombstone.verify.logical import mmr_select, mmr_select_many
+
+    rng = np.random.default_rng(11)
+    queries = rng.normal(size=(50, 8))
+    candidates = [rng.normal(size=(int(rng.integers(0, 40)), 8)) for _ in range(50)]
+    candidates[3] = np.repeat(candidates[3][:1], 5, axis=0) if len(candidates[3]) else rng.normal(size=(5, 8))
+    assert mmr_select_many(queries, candidates) == [mmr_select(q, c) for q, c in zip(queries, candidates)]

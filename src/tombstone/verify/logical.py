@@ -64,6 +64,43 @@ def mmr_select(query: np.ndarray, candidates: np.ndarray, k: int = MMR_K, lambda
     return chosen
 
 
+def mmr_select_many(queries: np.ndarray, candidates: Sequence[np.ndarray], k: int = MMR_K,
+                    lambda_: float = MMR_LAMBDA) -> list[list[int]]:
+    """``mmr_select`` for many queries at once, each with its own candidates (row counts may differ): the
+    same choices, in the same order, computed for all of them together."""
+    sizes = [len(c) for c in candidates]
+    width = max(sizes, default=0)
+    if width == 0:
+        return [[] for _ in candidates]
+    dim = max((np.asarray(c).shape[-1] for c in candidates if len(c)), default=0)
+    n = len(candidates)
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        norms = np.linalg.norm(x, axis=-1, keepdims=True)
+        return x / np.where(norms == 0, 1, norms)
+
+    cand = np.zeros((n, width, dim))
+    for i, c in enumerate(candidates):
+        if len(c):
+            cand[i, : len(c)] = unit(np.asarray(c, dtype=np.float64))
+    valid = np.arange(width)[None, :] < np.asarray(sizes)[:, None]
+    relevance = np.einsum("nkd,nd->nk", cand, unit(np.asarray(queries, dtype=np.float64)))
+    similarity = np.einsum("nkd,njd->nkj", cand, cand)
+    redundancy = np.zeros((n, width))
+    taken = ~valid
+    chosen = np.zeros((n, min(k, width)), dtype=np.int64)
+    rows = np.arange(n)
+    for step in range(min(k, width)):
+        score = lambda_ * relevance - (1 - lambda_) * (redundancy if step else 0.0)
+        score = np.where(taken, -np.inf, score)
+        pick = np.argmax(score, axis=1)
+        chosen[:, step] = pick
+        taken[rows, pick] = True
+        here = similarity[rows, :, pick]
+        redundancy = here if step == 0 else np.maximum(redundancy, here)
+    return [chosen[i, : min(k, size)].tolist() for i, size in enumerate(sizes)]
+
+
 Searcher = "Callable[[np.ndarray, int], tuple[list[list[str]], list[np.ndarray]]]"
 
 
@@ -105,13 +142,15 @@ def nearest_paths_many(items: Sequence[tuple[str, list[tuple[str, np.ndarray]]]]
     for name, search in searchers.items():
         for start in range(0, len(flat), batch):
             part = flat[start:start + batch]
-            ids_per_query, candidates = search(np.stack([v for _, _, v in part]).astype(np.float32), k)
+            vectors = np.stack([v for _, _, v in part]).astype(np.float32)
+            ids_per_query, candidates = search(vectors, k)
+            picks = mmr_select_many(vectors, [np.asarray(candidates[q]) if len(ids_per_query[q]) else np.zeros((0, 1))
+                                              for q in range(len(part))])
             for q, (aid, label, vec) in enumerate(part):
                 ids = list(ids_per_query[q])
                 paths = out[aid]
                 paths[f"{name}.top{TOP_K}({label})"] = aid in ids
-                chosen = mmr_select(vec, np.asarray(candidates[q])) if ids else []
-                paths[f"{name}.mmr({label})"] = aid in [ids[i] for i in chosen]
+                paths[f"{name}.mmr({label})"] = aid in [ids[i] for i in picks[q]]
     return out
 
 
