@@ -33,7 +33,8 @@ import numpy as np
 HEADINGS = ("Scale: one subject's erasure from 10k to 100k vectors",)
 DIM = 384
 CHUNKS = 100
-BATCH = 10
+BATCH = int(os.environ.get("TOMBSTONE_BENCH_SCALE_BATCH", "10"))
+"""Subjects in the batch measured against one subject (each case has size / 100 subjects; one is erased first)."""
 SIZES = tuple(int(n) for n in os.environ.get("TOMBSTONE_BENCH_SCALE_SIZES", "10000,100000").split(","))
 BACKENDS = tuple(os.environ.get("TOMBSTONE_BENCH_SCALE_BACKENDS", "faiss,qdrant,chroma").split(","))
 HERE = Path(__file__).resolve().parent
@@ -158,8 +159,9 @@ def case(backend: str, size: int, tmp: Path) -> dict:
         mech = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"].get("mechanism")
         out["mechanism"] = mech or "rewrite"
         t = time.perf_counter()
-        batch = tomb.erase_many(refs[1 : 1 + BATCH])
+        batch = tomb.erase_many(refs[1 : 1 + min(BATCH, len(refs) - 2)])  # the last subject is kept for the scan
         out["batch"] = time.perf_counter() - t
+        out["batch_subjects"] = len(batch)
         assert all(r["summary"].get("VERIFIED") == CHUNKS for r, _ in batch)
         adapter = tomb.adapter(backend)
         files = [p for p in adapter.physical_files() if p.exists()]

@@ -171,7 +171,14 @@ def scan_chroma(store: str, backend: str, options: Mapping[str, Any]) -> ScanRep
     def live_ids(conn: sqlite3.Connection) -> set[str]:
         return {i for (i,) in conn.execute("SELECT embedding_id FROM embeddings")}
 
-    sqlite_report = scan_sqlite(store, backend, root / SQLITE_NAME, live_ids, (5, 3), _embedding_record)
+    # embeddings rows start with the INTEGER PRIMARY KEY (stored as NULL: 0 bytes), index cells with the
+    # segment's uuid (36 bytes): a freed cell whose first type is lost is tried at that size alone
+    sqlite_report = scan_sqlite(store, backend, root / SQLITE_NAME, live_ids, (5, 3), _embedding_record,
+                                first_lengths={5: (0,), 3: (36,)},
+                                # a row's types start NULL (the id), 0x55 (the 36-character segment uuid);
+                                # an index cell's body starts with that uuid
+                                hints={5: (re.compile(rb"\x00\x55"), re.compile(rb"\x55")),
+                                       3: (re.compile(rb"\x55"), re.compile(_UUID.pattern.encode()))})
     for place in sqlite_report.places:
         # Chroma's own schema migrations leave free pages in a store that never deleted a record: only
         # the deleted embedding rows carved there count, the bytes are shown

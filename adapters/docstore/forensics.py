@@ -89,9 +89,11 @@ def _record_at(data: bytes, pos: int, end: int, columns: int) -> tuple[list[Any]
     return values, pos
 
 
-def _record_without_first_type(data: bytes, start: int, end: int, columns: int, validate: Validate) -> str | None:
+def _record_without_first_type(data: bytes, start: int, end: int, columns: int, validate: Validate,
+                               lengths: Sequence[int] | None = None) -> str | None:
     """A freed cell whose first serial type was overwritten by the freeblock header: the other columns'
-    types survive, so try each length of the first column until the record validates."""
+    types survive, so try each length of the first column until the record validates (only ``lengths``
+    where the table's first column has a known size, e.g. 0 for an INTEGER PRIMARY KEY stored as NULL)."""
     for pos in range(start + 4, min(start + 16, end)):
         got = _record_at(data, pos, end, columns - 1)
         if got is None:
@@ -101,9 +103,11 @@ def _record_without_first_type(data: bytes, start: int, end: int, columns: int, 
         for _ in range(columns - 1):
             serials_end = _varint(data, serials_end, end)[1]  # type: ignore[index]
         known = got[1] - serials_end
-        for first in range(1, min(512, end - serials_end - known) + 1):
+        room = end - serials_end - known
+        candidates = range(1, min(512, room) + 1) if lengths is None else [n for n in lengths if n <= room]
+        for first in candidates:
             try:
-                head = data[serials_end:serials_end + first].decode("utf-8")
+                head = data[serials_end:serials_end + first].decode("utf-8") if first else None
             except UnicodeDecodeError:
                 continue
             rest = _record_at_body(data, pos, serials_end + first, end, columns - 1)
@@ -136,33 +140,71 @@ def _record_at_body(data: bytes, types_at: int, body_at: int, end: int, columns:
     return values
 
 
+Hints = Mapping[int, tuple["re.Pattern[bytes] | None", "re.Pattern[bytes] | None"]]
+"""Per column count: a pattern that matches where an intact record's serial types start, and one that matches
+inside what survives of a freed cell whose first bytes the freeblock header overwrote (within 24 bytes of
+the cell's start). Where a schema gives them, only those places are tried instead of every byte."""
+
+
 def carve(data: bytes, start: int, end: int, shapes: Sequence[int], validate: Validate,
-          freeblock: bool = False) -> set[str]:
-    """The ids of the records of ``shapes`` column counts found in ``data[start:end]``."""
+          freeblock: bool = False, first_lengths: Mapping[int, Sequence[int]] | None = None,
+          hints: Hints | None = None) -> set[str]:
+    """The ids of the records of ``shapes`` column counts found in ``data[start:end]``. ``first_lengths``
+    names, per column count, the only sizes the first column can have (where the schema fixes it): a freed
+    cell whose first type is lost is then tried at those sizes only, not at every size up to 512 bytes.
+    ``hints`` (``Hints``) narrow where records are looked for."""
+    first_lengths = first_lengths or {}
+    hints = hints or {}
     found: set[str] = set()
+
+    def damaged_at(pos: int, columns: int) -> None:
+        size = int.from_bytes(data[pos + 2:pos + 4], "big")
+        if 8 <= size <= end - pos:
+            got = _record_without_first_type(data, pos, pos + size, columns, validate, first_lengths.get(columns))
+            if got:
+                found.add(got)
+
     # a freed cell keeps a freeblock header where its first bytes were, also once merged into a
     # neighbour or swallowed by the unallocated gap: try each plausible one (with enough surviving
     # column types to tell a record from noise)
-    for pos in range(start, end - 8):
-        size = int.from_bytes(data[pos + 2:pos + 4], "big")
-        if 8 <= size <= end - pos:
-            for columns in (c for c in shapes if c >= 3):
-                got = _record_without_first_type(data, pos, pos + size, columns, validate)
-                if got:
-                    found.add(got)
-    pos = start
-    while pos < end:
-        if data[pos] == 0:
-            pos += 1
+    for columns in (c for c in shapes if c >= 3):
+        damaged_hint = hints.get(columns, (None, None))[1]
+        if damaged_hint is None:
+            for pos in range(start, end - 8):
+                damaged_at(pos, columns)
             continue
-        for columns in shapes:
-            got = _record_at(data, pos, end, columns)
-            if got is not None:
-                ident = validate(got[0])
-                if ident:
-                    found.add(ident)
+        tried: set[int] = set()
+        for match in damaged_hint.finditer(data, start, end):
+            for pos in range(max(start, match.start() - 24), min(match.start(), end - 8)):
+                if pos not in tried:
+                    tried.add(pos)
+                    damaged_at(pos, columns)
+
+    def intact_at(pos: int, columns: int) -> bool:
+        got = _record_at(data, pos, end, columns)
+        if got is not None:
+            ident = validate(got[0])
+            if ident:
+                found.add(ident)
+                return True
+        return False
+
+    plain = [c for c in shapes if hints.get(c, (None, None))[0] is None]
+    for columns in shapes:
+        intact_hint = hints.get(columns, (None, None))[0]
+        if intact_hint is not None:
+            for match in intact_hint.finditer(data, start, end):
+                intact_at(match.start(), columns)
+    if plain:
+        pos = start
+        while pos < end:
+            if data[pos] == 0:
+                pos += 1
+                continue
+            for columns in plain:
+                if intact_at(pos, columns):
                     break
-        pos += 1
+            pos += 1
     return found
 
 
@@ -205,7 +247,8 @@ def _btree_pages(data: bytes, page_size: int, roots: Sequence[int]) -> set[int]:
 
 def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sqlite3.Connection], set[str]],
                 shapes: Sequence[int], validate: Validate,
-                find_ids: Callable[[bytes], set[str]] | None = None) -> ScanReport:
+                find_ids: Callable[[bytes], set[str]] | None = None,
+                first_lengths: Mapping[int, Sequence[int]] | None = None, hints: Hints | None = None) -> ScanReport:
     """Scan one SQLite database (and its WAL) for deleted data, on a private copy; never opens the original.
 
     ``find_ids``, when given, also reads ids out of each free region's bytes (for a store whose rows keep
@@ -256,7 +299,7 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
         free_pages += 1 + len(leaves)
         for start, end in regions:
             free_bytes += _nonzero(data, start, end)
-            free_ids |= carve(data, start, end, shapes, validate)
+            free_ids |= carve(data, start, end, shapes, validate, first_lengths=first_lengths, hints=hints)
             if find_ids is not None:
                 free_ids |= find_ids(data[start:end])
         trunk = int.from_bytes(data[base:base + 4], "big")
@@ -288,7 +331,7 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
             while gap + 2 <= base + content and pointers_end - base <= int.from_bytes(data[gap:gap + 2], "big") < usable:
                 gap += 2
             free[table] += _nonzero_content(data, gap, base + content)
-            cell_ids |= carve(data, pointers_end, base + content, shapes, validate)
+            cell_ids |= carve(data, pointers_end, base + content, shapes, validate, first_lengths=first_lengths, hints=hints)
             if find_ids is not None:
                 cell_ids |= find_ids(data[pointers_end:base + content])
         block = int.from_bytes(data[header + 1:header + 3], "big")
@@ -299,7 +342,7 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
             end = min(base + block + size, base + usable)
             blocks[table] += 1
             free[table] += _nonzero_content(data, base + block + 4, end)
-            cell_ids |= carve(data, base + block, end, shapes, validate, freeblock=True)
+            cell_ids |= carve(data, base + block, end, shapes, validate, freeblock=True, first_lengths=first_lengths, hints=hints)
             if find_ids is not None:
                 cell_ids |= find_ids(data[base + block:end])
             block = int.from_bytes(data[base + block:base + block + 2], "big")

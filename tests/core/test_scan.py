@@ -224,6 +224,10 @@ def test_chroma_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
         slots = next(p for p in report["places"] if p["place"] == "HNSW segments")
         assert set(slots["ids"]) == set(mine) and slots["bytes"] > 0
         assert set(report["ids"]) == set(mine)
+        # the deleted embedding rows, carved from chroma.sqlite3's freed cells (an INTEGER PRIMARY KEY row
+        # starts with a NULL type, which a freed cell loses to the freeblock header)
+        carved = {i for p in report["places"] if p["kind"].startswith("sqlite") for i in p["ids"]}
+        assert carved == set(mine), report
         receipt, _ = tomb.erase("alice")
         assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
     code, report = scan_json(config.path, "vectors")
