@@ -229,6 +229,7 @@ class TombstoneCollection:
             return None
         return [{k: v for k, v in m.items() if k != SUPPRESSED} if m else m for m in metadatas]
 
+    @deferred.after_write
     def add(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, sources=(), kind="vector",
             **kwargs) -> None:
         """Add records for ``subject``. ``sources`` are the (store, artifact id) pairs they were derived from
@@ -237,12 +238,14 @@ class TombstoneCollection:
         self._write("add", ids=list(ids), embeddings=vectors, documents=documents,
                     metadatas=self._unflagged(metadatas), **kwargs)
 
+    @deferred.after_write
     def upsert(self, ids, documents=None, metadatas=None, embeddings=None, *, subject, sources=(), kind="vector",
                **kwargs) -> None:
         vectors = self._capture(ids, documents, embeddings, subject, kind=kind, sources=sources)
         self._write("upsert", ids=list(ids), embeddings=vectors, documents=documents,
                     metadatas=self._unflagged(metadatas), **kwargs)
 
+    @deferred.after_write
     def update(self, ids, documents=None, metadatas=None, embeddings=None, *, subject=None, **kwargs) -> None:
         """Update records; new documents are re-captured (pass ``subject``), the flag is kept."""
         if documents is not None or embeddings is not None:

@@ -29,6 +29,7 @@ import numpy as np
 
 from tombstone.faults import kill_point
 from tombstone.capture.hidden import HiddenIds, suppressed_among
+from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import StoreUnavailableError
 from tombstone.fsutil import write_atomic as _write_atomic
@@ -166,6 +167,7 @@ class FaissStore:
 
     # -- writes -------------------------------------------------------------------------------
 
+    @deferred.after_write
     def add(self, ids: Sequence[str], documents=None, metadatas=None, embeddings=None, *, subject=None) -> None:
         """Add records. With a lineage db, ``subject`` is required and lineage is written first."""
         ids = [str(i) for i in ids]

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from tombstone.capture.hidden import suppressed_among
+from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import ConfigError, StoreUnavailableError
 from tombstone.lineage.db import LineageDB
@@ -140,6 +141,7 @@ class PgVectorStore:
 
     # -- writes -------------------------------------------------------------------------------
 
+    @deferred.after_write
     def add(self, ids: Sequence[str], documents=None, metadatas=None, embeddings=None, *, subject=None) -> None:
         ids = [str(i) for i in ids]
         vectors = vectors_for_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,

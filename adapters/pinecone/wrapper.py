@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tombstone.capture.hidden import suppressed_among
+from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
 
@@ -37,6 +38,7 @@ class TombstonePinecone:
         self.index, self.namespace = index, namespace
         self.lineage, self.store, self.embedder = lineage, store, embedder
 
+    @deferred.after_write
     def upsert(self, ids: Sequence[str], documents=None, metadatas=None, vectors=None, *, subject) -> None:
         if self.lineage is None or self.embedder is None:
             raise ValueError("this wrapper was opened read-only (no lineage db or embedder)")

@@ -21,6 +21,7 @@ import numpy as np
 from qdrant_client import models
 
 from tombstone.capture.hidden import HiddenIds, suppressed_among
+from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT
@@ -93,6 +94,7 @@ class TombstoneQdrant:
 
     # -- writes -------------------------------------------------------------------------------
 
+    @deferred.after_write
     def upsert(self, ids: Sequence[str], documents=None, payloads=None, vectors=None, *, subject) -> None:
         """Write points for ``subject``; ``ids`` are artifact ids (strings)."""
         if self.lineage is None or self.embedder is None:

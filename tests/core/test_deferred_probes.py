@@ -131,3 +131,27 @@ def test_deferred_probes_on_a_postgresql_lineage_db(tmp_path, monkeypatch):
         assert len(db.probes_for("s", "c0")) == len(probe_queries(TEXTS[0])) and db.probes_for("s", "c2") == []
     finally:
         db.close()
+
+
+def test_a_wrapper_write_queues_its_probes_only_once_the_store_write_returned(sqlite_db, monkeypatch):
+    monkeypatch.delenv(deferred.MODE_ENV, raising=False)
+    slow = SlowEmbedder()
+    seen = {}
+
+    @deferred.after_write
+    def store_write(ids):
+        write(sqlite_db, slow, ids)
+        seen["during"] = deferred.PROBES.pending  # the store write would run here: nothing competes with it
+        return "written"
+
+    @deferred.after_write
+    def failing_write(ids):
+        write(sqlite_db, slow, ids)
+        raise OSError("disk full")
+
+    assert store_write(["c0"]) == "written" and seen["during"] == 0 and deferred.PROBES.pending == 1
+    slow.release.set()
+    assert deferred.flush(30) == [] and sqlite_db.probes_for("s", "c0")
+    with pytest.raises(OSError):
+        failing_write(["c1"])
+    assert deferred.PROBES.pending == 0 and sqlite_db.probes_for("s", "c1") == []

@@ -138,6 +138,40 @@ class ProbeQueue:
 PROBES = ProbeQueue()
 """This process's queue."""
 
+_held = threading.local()
+
+
+def submit(lineage: Any, embedder: Callable[[list[str]], Any], rows: Sequence[tuple[str, str, str]]) -> None:
+    """Queue probe fragments; inside a write decorated with ``after_write``, once that write has returned."""
+    jobs = getattr(_held, "jobs", None)
+    if jobs is not None:
+        jobs.append((lineage, embedder, list(rows)))
+    else:
+        PROBES.submit(lineage, embedder, rows)
+
+
+def after_write(method: Callable[..., Any]) -> Callable[..., Any]:
+    """For a wrapper's write method: the probe fragments its capture queues start once the store write has
+    returned, so the background thread never competes with the write it follows. A write that raises queues
+    none (its records may not have landed; their lineage rows stay, harmless)."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_held, "jobs", None) is not None:  # nested: the outermost write submits
+            return method(*args, **kwargs)
+        _held.jobs = []
+        try:
+            result = method(*args, **kwargs)
+            jobs = _held.jobs
+        finally:
+            _held.jobs = None
+        for lineage, embedder, rows in jobs:
+            PROBES.submit(lineage, embedder, rows)
+        return result
+
+    return wrapped
+
 
 def flush(timeout: float | None = None) -> list[str]:
     """Wait for this process's queued probe vectors to be recorded; the errors of jobs that failed."""
@@ -146,4 +180,4 @@ def flush(timeout: float | None = None) -> list[str]:
 
 atexit.register(flush, 120.0)  # a stuck embedder does not hold the process forever
 
-__all__ = ["MODES", "MODE_ENV", "PROBES", "ProbeQueue", "flush", "mode"]
+__all__ = ["MODES", "MODE_ENV", "PROBES", "ProbeQueue", "after_write", "flush", "mode", "submit"]

@@ -50,9 +50,9 @@ class VectorCapture:
     def submit(self, lineage: Any, embedder: "Embedder") -> None:
         """Queue the deferred probe fragments; call once the lineage rows are committed."""
         if self.deferred:
-            from tombstone.capture.deferred import PROBES
+            from tombstone.capture.deferred import submit
 
-            PROBES.submit(lineage, embedder, self.deferred)
+            submit(lineage, embedder, self.deferred)
 
 
 def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
