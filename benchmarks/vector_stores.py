@@ -5,27 +5,25 @@
 - time per saga step: median over 20 single-subject erasures, from the journal's begin/end stamps.
 - scan throughput: ``scan_files`` vs ``grep -c -a -F -f`` over the residue store's files after its reclaim,
   the two called in turn, median of 5.
-- write-path overhead: the store's own write vs the wrapper's, alternating which goes first, median of 9.
+
+The write path has its own table (``write_path``).
 """
 
 from __future__ import annotations
 
-import statistics
 import subprocess
-import time
 from importlib.metadata import version
 from pathlib import Path
 
-from builds import saga_step_times, vector_build, writer
-from common import DIM, DOCS, SUBJECTS, chunk_text, side_by_side
-from tombstone import Tombstone, init_deployment
+from builds import saga_step_times, vector_build
+from common import DIM, DOCS, SUBJECTS, side_by_side
+from tombstone import Tombstone
 from tombstone.verify.scanner import scan_files
 
 HEADINGS = (
     "Vector stores: residue after the store's own delete vs after reclaim",
     "Vector stores: time per saga step",
     "Vector stores: scan throughput on the store's files",
-    "Vector stores: write-path overhead",
 )
 BACKENDS = ("chroma", "faiss", "qdrant")
 
@@ -68,32 +66,6 @@ def files_rate(files: list[Path], patterns: list[bytes], tmp: Path, reps: int = 
     return {"mib": mib, "scan": mib / t["scan"], "grep": mib / t["grep"], "patterns": len(patterns), "reps": reps}
 
 
-def write_overhead(backend: str, tmp: Path, chunks: int = 300, reps: int = 9) -> dict:
-    """The store's own write with the embedder vs the wrapper's (lineage + probe capture), alternating
-    which side goes first, the embedder warmed first."""
-    from tombstone.capture import HashingEmbedder
-
-    embedder = HashingEmbedder(DIM)
-    root = tmp / f"{backend}-write"
-    config = init_deployment(root, {})
-    texts = [chunk_text(i, 0) for i in range(chunks)]
-    embedder(texts)
-    times: dict[str, list[float]] = {"raw": [], "wrapped": []}
-    with Tombstone(config) as tomb:
-        def once(kind: str, rep: int) -> None:
-            write = writer(backend, str(root / "stores" / kind), tomb, embedder, name=f"{kind}-{rep}",
-                           wrapped=kind == "wrapped")
-            start = time.perf_counter()
-            write([f"{kind}{rep}-{i}" for i in range(chunks)], texts, f"s{rep}")
-            times[kind].append(time.perf_counter() - start)
-
-        for rep in range(reps):
-            for kind in (("raw", "wrapped") if rep % 2 == 0 else ("wrapped", "raw")):
-                once(kind, rep)
-    return {"raw": statistics.median(times["raw"]), "wrapped": statistics.median(times["wrapped"]),
-            "chunks": chunks, "reps": reps}
-
-
 def run(tmp: Path) -> dict:
     out: dict = {"versions": {name: version(name) for name in ("chromadb", "faiss-cpu", "qdrant-client")},
                  "erasures": 20, "backends": {}}
@@ -104,7 +76,6 @@ def run(tmp: Path) -> dict:
             # grep -F -f takes text lines: the id patterns are what both tools can be compared on.
             "rate": files_rate(res["files"], res["patterns"], tmp / f"{backend}-residue"),
             "steps": saga_step_times(backend, tmp / f"{backend}-steps", out["erasures"]),
-            "overhead": write_overhead(backend, tmp),
         }
     return out
 
@@ -162,19 +133,4 @@ def section(result: dict) -> str:
     for backend, b in backends.items():
         rt = b["rate"]
         lines.append(f"| {backend} | {rt['mib']:.1f} | {rt['scan']:.0f} MiB/s | {rt['grep']:.0f} MiB/s |")
-    chunks, reps = first["overhead"]["chunks"], first["overhead"]["reps"]
-    lines += [
-        "",
-        f"## {HEADINGS[3]}",
-        "",
-        f"Writing {chunks} chunks (120 words each) with the offline embedder: the store's own write (embed + add /"
-        " upsert) vs the wrapper (lineage rows + three probe embeddings per chunk in the same embedding call)."
-        f" Median of {reps}, the two sides alternating in one run, the embedder warmed first.",
-        "",
-        "| backend | raw | wrapper | ratio |",
-        "|---|---|---|---|",
-    ]
-    for backend, b in backends.items():
-        o = b["overhead"]
-        lines.append(f"| {backend} | {o['raw'] * 1000:.0f} ms | {o['wrapped'] * 1000:.0f} ms | {o['wrapped'] / o['raw']:.2f}x |")
     return "\n".join(lines)

@@ -213,15 +213,18 @@ def _nonzero(data: bytes, start: int, end: int) -> int:
     return len(chunk) - chunk.count(0)
 
 
+GAP_STRUCTURE = 16
+"""Non-zero runs of up to this many bytes in a page's unallocated gap are stale pointers, not cell data."""
+
 _ISLAND = re.compile(rb"[^\x00](?:\x00{0,3}[^\x00])*")
 
 
-def _nonzero_content(data: bytes, start: int, end: int) -> int:
+def _nonzero_content(data: bytes, start: int, end: int, structure: int = 4) -> int:
     """Non-zero bytes of a page's free space, less what is structure: with ``secure_delete`` on, a freed
     cell is zeroed but the freeblock header written over its first four bytes stays (also once the
     unallocated gap swallows it), so islands of at most four bytes are not counted."""
     return sum(len(m.group()) - m.group().count(0) for m in _ISLAND.finditer(data, start, end)
-               if len(m.group()) > 4)
+               if len(m.group()) > structure)
 
 
 def _btree_pages(data: bytes, page_size: int, roots: Sequence[int]) -> set[int]:
@@ -330,7 +333,10 @@ def scan_sqlite(store: str, backend: str, database: Path, live_ids: Callable[[sq
             gap = pointers_end
             while gap + 2 <= base + content and pointers_end - base <= int.from_bytes(data[gap:gap + 2], "big") < usable:
                 gap += 2
-            free[table] += _nonzero_content(data, gap, base + content)
+            # Rebalancing a b-tree rewrites pages without clearing this gap: stale cell and child pointers
+            # stay there, in runs of a few bytes. Runs of up to 16 bytes count as structure here; a freed
+            # cell is longer, and one whose id can be read is counted by name whatever its length.
+            free[table] += _nonzero_content(data, gap, base + content, structure=GAP_STRUCTURE)
             cell_ids |= carve(data, pointers_end, base + content, shapes, validate, first_lengths=first_lengths, hints=hints)
             if find_ids is not None:
                 cell_ids |= find_ids(data[pointers_end:base + content])
