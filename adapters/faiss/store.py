@@ -312,7 +312,7 @@ class FaissStore:
         labels = [self.side["labels"][i] for i in ids]
         if not labels:
             return np.zeros((0, self.index.d), dtype=np.float32)
-        return np.stack([self.index.reconstruct(int(label)) for label in labels])
+        return self.index.reconstruct_batch(np.asarray(labels, dtype=np.int64))
 
     # -- used by the adapter ------------------------------------------------------------------
 

@@ -54,13 +54,27 @@ def sign(body: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
     return receipt
 
 
+def _inlined(node: Any, defs: dict[str, Any]) -> Any:
+    """``node`` with every local ``{"$ref": "#/$defs/NAME"}`` replaced by that definition (the receipt schema's
+    definitions do not refer to themselves): the same constraints, without resolving a reference at each of a
+    receipt's thousands of values."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and len(node) == 1:
+            return _inlined(defs[ref[len("#/$defs/"):]], defs)
+        return {k: _inlined(v, defs) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [_inlined(v, defs) for v in node]
+    return node
+
+
 @lru_cache(maxsize=1)
 def _validator() -> Any:
     """The schema's validator, built once per process (the schema is checked once, not per receipt)."""
     schema = receipt_schema()
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    return cls(_inlined(schema, schema.get("$defs", {})))
 
 
 def validate_schema(receipt: Any) -> None:

@@ -85,7 +85,6 @@ def mmr_select_many(queries: np.ndarray, candidates: Sequence[np.ndarray], k: in
             cand[i, : len(c)] = unit(np.asarray(c, dtype=np.float64))
     valid = np.arange(width)[None, :] < np.asarray(sizes)[:, None]
     relevance = np.einsum("nkd,nd->nk", cand, unit(np.asarray(queries, dtype=np.float64)))
-    similarity = np.einsum("nkd,njd->nkj", cand, cand)
     redundancy = np.zeros((n, width))
     taken = ~valid
     chosen = np.zeros((n, min(k, width)), dtype=np.int64)
@@ -96,7 +95,7 @@ def mmr_select_many(queries: np.ndarray, candidates: Sequence[np.ndarray], k: in
         pick = np.argmax(score, axis=1)
         chosen[:, step] = pick
         taken[rows, pick] = True
-        here = similarity[rows, :, pick]
+        here = np.einsum("nkd,nd->nk", cand, cand[rows, pick])  # each candidate against the one just chosen
         redundancy = here if step == 0 else np.maximum(redundancy, here)
     return [chosen[i, : min(k, size)].tolist() for i, size in enumerate(sizes)]
 
