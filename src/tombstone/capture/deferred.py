@@ -31,6 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tombstone.capture.calls import embed
+from tombstone.capture.fragments import query_sha256
+from tombstone.lineage.db import PROBE_READ_HOOKS, LineageDB
+
 MODE_ENV = "TOMBSTONE_PROBE_CAPTURE"
 MODES = ("background", "inline")
 
@@ -93,8 +97,6 @@ class ProbeQueue:
     def _connection(self, lineage: Any) -> Any:
         """This thread's own connection to the lineage db ``lineage`` is open on (a LineageDB is not shared
         between threads)."""
-        from tombstone.lineage.db import LineageDB
-
         key = (str(lineage.target), id(lineage.secret))
         conn = self._connections.get(key)
         if conn is None:
@@ -102,9 +104,6 @@ class ProbeQueue:
         return conn
 
     def _run(self) -> None:
-        from tombstone.capture.fragments import query_sha256
-        from tombstone.capture.vector import embed
-
         while True:
             job = self._queue.get()
             if job is None:
@@ -178,6 +177,7 @@ def flush(timeout: float | None = None) -> list[str]:
     return PROBES.flush(timeout)
 
 
-atexit.register(flush, 120.0)  # a stuck embedder does not hold the process forever
+atexit.register(flush, 120.0)
+PROBE_READ_HOOKS.append(flush)  # a read of probe vectors in this process waits for the queue  # a stuck embedder does not hold the process forever
 
 __all__ = ["MODES", "MODE_ENV", "PROBES", "ProbeQueue", "after_write", "flush", "mode", "submit"]

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tombstone.capture import deferred
+from tombstone.capture.calls import Embedder, embed
 from tombstone.capture.fragments import probe_queries, query_sha256
 from tombstone.lineage.db import ArtifactRecord, fingerprint_of
 
-Embedder = Callable[[list[str]], "np.ndarray | Sequence[Sequence[float]]"]
 
 
 def hnsw_inv_norm(vector: np.ndarray) -> float:
@@ -50,19 +51,7 @@ class VectorCapture:
     def submit(self, lineage: Any, embedder: "Embedder") -> None:
         """Queue the deferred probe fragments; call once the lineage rows are committed."""
         if self.deferred:
-            from tombstone.capture.deferred import submit
-
-            submit(lineage, embedder, self.deferred)
-
-
-def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
-    if not texts:
-        return np.zeros((0, 0), dtype=np.float32)
-    try:
-        out = embedder(texts)
-    except TypeError:
-        out = embedder(input=texts)  # chromadb EmbeddingFunction convention
-    return np.asarray(out, dtype=np.float32)
+            deferred.submit(lineage, embedder, self.deferred)
 
 
 def capture_vectors(
@@ -135,10 +124,8 @@ def vectors_for_write(
     if lineage is not None:
         if subject is None or embedder is None:
             raise ValueError("the wrapper needs subject= and an embedder")
-        from tombstone.capture.deferred import mode
-
         cap = capture_vectors(embedder, store=store, backend=backend, ids=ids, documents=documents,
-                              embeddings=embeddings, defer=mode() == "background")
+                              embeddings=embeddings, defer=deferred.mode() == "background")
         lineage.record_artifacts(subject, cap.records, probes=cap.probes)
         cap.submit(lineage, embedder)
         return cap.vectors

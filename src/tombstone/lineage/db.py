@@ -16,7 +16,7 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,16 @@ def _has_schema(conn: Any, *, postgres: bool) -> bool:
         return conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]
     row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone()
     return row is not None
+
+
+PROBE_READ_HOOKS: list[Callable[[], object]] = []
+"""Called before probe vectors are read: ``tombstone.capture.deferred`` registers the wait for this process's
+queued probe vectors here (the lineage db knows nothing of capture)."""
+
+
+def _before_probe_reads() -> None:
+    for hook in PROBE_READ_HOOKS:
+        hook()
 
 
 class LineageDB:
@@ -506,18 +516,14 @@ class LineageDB:
     def probe_vectors(self, artifacts: Iterable[ArtifactRecord]) -> dict[str, list[np.ndarray]]:
         """Probe vectors of each artifact, keyed by artifact id (after this process's queued probes are
         recorded)."""
-        from tombstone.capture import deferred
-
-        deferred.flush()
+        _before_probe_reads()
         return {a.artifact_id: [v for _, v in self.probes_for(a.store, a.artifact_id)] for a in artifacts}
 
     def count_artifacts(self) -> dict[str, int]:
         return dict(self._conn.execute("SELECT state, count(*) FROM artifacts GROUP BY state").fetchall())
 
     def probes_for(self, store: str, artifact_id: str) -> list[tuple[str, np.ndarray]]:
-        from tombstone.capture import deferred
-
-        deferred.flush()
+        _before_probe_reads()
         rows = self._conn.execute(
             "SELECT query_sha256, vector FROM probes WHERE store = ? AND artifact_id = ?",
             (store, artifact_id),
