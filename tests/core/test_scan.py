@@ -660,3 +660,37 @@ def test_a_large_docstore_that_never_deleted_scans_clean_though_a_rebalanced_pag
         store.close()
     report = scan_options("docs", "docstore", {"path": str(path)})
     assert report.recoverable and report.ids() == ["doc-050000"]
+
+
+def test_reclaim_store_clears_what_a_plain_delete_left_in_pgvector(tmp_path):
+    psycopg = pytest.importorskip("psycopg")
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.pgvector import PgVectorStore, embedded_dsn
+
+    data_dir = tmp_path / "pg" / "data"
+    dsn = embedded_dsn(data_dir)
+    table = "chunks_reclaim"
+    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table}})
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        with Tombstone(config) as tomb:
+            PgVectorStore(admin, table, dim=32)
+            mine = [f"alice-row-{i:05d}" for i in range(5)]
+            view = PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(32))
+            view.add(mine, documents=[f"alice words number {i} " * 4 for i in range(5)], subject="alice")
+            view.add([f"bob-row-{i:05d}" for i in range(20)],
+                     documents=[f"bob words number {i} " * 4 for i in range(20)], subject="bob")
+        admin.execute(f"ANALYZE {table}")
+        admin.execute(f"DELETE FROM {table} WHERE id = ANY(%s)", (mine,))  # the app's own delete
+        admin.execute("CHECKPOINT")
+        admin.execute("SELECT pg_stat_force_next_flush()")
+        relation = Path(data_dir) / admin.execute("SELECT pg_relation_filepath(%s)", (table,)).fetchone()[0]
+        assert any(i.encode() in relation.read_bytes() for i in mine), "control: the dead tuples are on disk"
+        result = reclaim_store(config.path, "pg")
+        assert result.exit_code == EXIT_OK, result.output
+        out = json.loads(result.output)
+        assert out["before"]["recoverable"] and not out["after"]["recoverable"], out
+        admin.execute("CHECKPOINT")
+        relation = Path(data_dir) / admin.execute("SELECT pg_relation_filepath(%s)", (table,)).fetchone()[0]
+        assert not any(i.encode() in relation.read_bytes() for i in mine)
+        assert admin.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 20
