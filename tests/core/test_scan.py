@@ -188,11 +188,12 @@ def test_a_backend_with_no_scan_says_so_in_one_line():
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_chroma_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
-    chromadb = pytest.importorskip("chromadb")
-    from tombstone import Tombstone, init_deployment
-    from tombstone.capture import HashingEmbedder
-    from tombstone_adapters.chroma.wrapper import TombstoneCollection
+def chroma_deployment(tmp_path):
+    """A deployment with one embedded-Chroma store ``vectors`` (collection ``docs``, cosine, flushed every 20
+    records so the HNSW files are written): config, path."""
+    import chromadb
+
+    from tombstone import init_deployment
 
     config = init_deployment(tmp_path / "deploy", {"vectors": {"backend": "chroma", "path": "stores/vectors",
                                                                 "collection": "docs"}})
@@ -200,6 +201,16 @@ def test_chroma_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
     chromadb.PersistentClient(path=str(path)).create_collection(
         "docs", metadata={"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20},
         embedding_function=None)
+    return config, path
+
+
+def test_chroma_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
+    chromadb = pytest.importorskip("chromadb")
+    from tombstone import Tombstone
+    from tombstone.capture import HashingEmbedder
+    from tombstone_adapters.chroma.wrapper import TombstoneCollection
+
+    config, path = chroma_deployment(tmp_path)
     with Tombstone(config) as tomb:
         col = TombstoneCollection(chromadb.PersistentClient(path=str(path)).get_collection("docs"),
                                   lineage=tomb.lineage, store="vectors", embedder=HashingEmbedder(32))
@@ -597,16 +608,11 @@ def test_a_store_reclaim_killed_midway_is_finished_by_resume_with_the_first_coun
 
 def test_reclaim_store_clears_what_chromas_own_delete_left(tmp_path):
     chromadb = pytest.importorskip("chromadb")
-    from tombstone import Tombstone, init_deployment
+    from tombstone import Tombstone
     from tombstone.capture import HashingEmbedder
     from tombstone_adapters.chroma.wrapper import TombstoneCollection
 
-    config = init_deployment(tmp_path / "deploy", {"vectors": {"backend": "chroma", "path": "stores/vectors",
-                                                                "collection": "docs"}})
-    path = Path(config.stores["vectors"].options["path"])
-    chromadb.PersistentClient(path=str(path)).create_collection(
-        "docs", metadata={"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20},
-        embedding_function=None)
+    config, path = chroma_deployment(tmp_path)
     with Tombstone(config) as tomb:
         col = TombstoneCollection(chromadb.PersistentClient(path=str(path)).get_collection("docs"),
                                   lineage=tomb.lineage, store="vectors", embedder=HashingEmbedder(32))
