@@ -516,14 +516,17 @@ class LineageDB:
     def probe_vectors(self, artifacts: Iterable[ArtifactRecord]) -> dict[str, list[np.ndarray]]:
         """Probe vectors of each artifact, keyed by artifact id (after this process's queued probes are
         recorded)."""
-        _before_probe_reads()
-        return {a.artifact_id: [v for _, v in self.probes_for(a.store, a.artifact_id)] for a in artifacts}
+        _before_probe_reads()  # once for the batch, not once per artifact
+        return {a.artifact_id: [v for _, v in self._probes(a.store, a.artifact_id)] for a in artifacts}
 
     def count_artifacts(self) -> dict[str, int]:
         return dict(self._conn.execute("SELECT state, count(*) FROM artifacts GROUP BY state").fetchall())
 
     def probes_for(self, store: str, artifact_id: str) -> list[tuple[str, np.ndarray]]:
         _before_probe_reads()
+        return self._probes(store, artifact_id)
+
+    def _probes(self, store: str, artifact_id: str) -> list[tuple[str, np.ndarray]]:
         rows = self._conn.execute(
             "SELECT query_sha256, vector FROM probes WHERE store = ? AND artifact_id = ?",
             (store, artifact_id),
