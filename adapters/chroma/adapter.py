@@ -1,4 +1,5 @@
-"""Adapter for embedded Chroma (``PersistentClient``): flag + filter, rewrite-based reclaim, byte scan."""
+"""Adapter for embedded Chroma (``PersistentClient``): flag + filter, in-place reclaim (a rewrite for what it
+cannot reach, and for ``tombstone compact``), byte scan."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_s
 from tombstone.verify.neighbourhood import Neighbours
 from tombstone.verify.scanner import check_regular
 
+from . import inplace
 from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection
 from .hooks import ChromaHooks
 
@@ -227,13 +229,101 @@ class ChromaAdapter(ChromaHooks, Adapter):
     # -- reclaim ------------------------------------------------------------------------------
 
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        """In place (the default, ``inplace.py``): the records' rows deleted on a ``secure_delete``
+        connection, the full-text index merged, their HNSW slots marked deleted with the vectors zeroed,
+        their ids dropped from the id map; then a physical probe of the erased artifacts. If it still finds
+        their bytes (an earlier delete by Chroma's own client, which runs with ``secure_delete`` off, left
+        them in free pages no delete reaches), or with ``reclaim = "rewrite"``, or when the segment is not
+        in a shape the in-place recipe knows: the collection is rewritten from its survivors."""
+        if self.options.get("reclaim", "in-place") == "rewrite" or not artifacts:
+            return {"mechanism": "rewrite", **self._reclaim_rewrite(artifacts)}
+        try:
+            evidence = self._reclaim_in_place(artifacts)
+        except inplace.NotInPlace as exc:
+            return {"mechanism": "rewrite", "in_place_refused": str(exc), **self._reclaim_rewrite(artifacts)}
+        try:
+            left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
+        except PhysicalUnsupportedError:
+            return evidence  # nothing can be checked here: the verify step says UNVERIFIED
+        if not left:
+            return evidence
+        # what remains lies outside the records' rows, slots and free pages (a freed cell in a page still in
+        # use): a VACUUM of chroma.sqlite3 rewrites every page; only if that is not enough, the collection
+        evidence["residue_after_in_place"] = len(left)
+        evidence["vacuum"] = self._vacuum()
+        left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
+        if not left:
+            evidence["steps"] = evidence["steps"] + ["VACUUM chroma.sqlite3"]
+            return evidence
+        return {"mechanism": "rewrite", "in_place": evidence, "residue_after_vacuum": len(left),
+                **self._reclaim_rewrite(artifacts)}
+
+    def _reclaim_in_place(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
+        ids = self._ids(artifacts)
+        col = self.collection()
+        collection_id = str(col.id)
+        conn = self._db()
+        try:
+            conn.execute("PRAGMA secure_delete=ON")
+            segments = dict(conn.execute("SELECT scope, id FROM segments WHERE collection = ?", (collection_id,)))
+            topics = [t for (t,) in conn.execute("SELECT DISTINCT topic FROM embeddings_queue")
+                      if t.rsplit("/", 1)[-1] == collection_id]
+            rows = inplace.delete_rows(conn, ids, segments.get("METADATA"), topics)
+        finally:
+            conn.close()
+        kill_point("reclaim:chroma:rows-deleted")
+        # Chroma's own delete, for the index this process holds in memory (it marks the elements deleted
+        # there, and writes DELETE rows to the queue); it finds no row left to delete in SQLite
+        col.delete(ids=ids)
+        kill_point("reclaim:chroma:after-delete")
+        vector = segments.get("VECTOR")
+        slots = inplace.erase_slots(self.path / vector, ids) if vector else {}
+        kill_point("reclaim:chroma:slots-erased")
+        conn = self._db()
+        try:
+            conn.execute("PRAGMA secure_delete=ON")
+            queue = inplace.delete_rows(conn, ids, None, topics)["queue"]  # the DELETE rows, naming the ids
+            merged = inplace.merge_fulltext(conn)
+            free_pages = inplace.zero_free_pages(conn)
+            checkpoint = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.close()
+        # this process's index still holds the vectors in memory: a fresh instance loads the files
+        self._reload()
+        self._col = None
+        zeroed = self._settle_and_zero_tails()
+        return {
+            "mechanism": "in-place",
+            "steps": ["delete the records' rows, metadata, full-text rows and queue rows on a secure_delete"
+                      " connection", "Chroma's delete (the in-memory index)",
+                      "mark their HNSW slots deleted, zero their vectors and every deleted slot's, drop their ids"
+                      " from index_metadata.pickle", "delete the queue's DELETE rows",
+                      "merge the full-text index", "zero chroma.sqlite3's free pages",
+                      "reload the collection from its files",
+                      "zero HNSW slots past cur_element_count"],
+            "rows_deleted": rows, "queue_delete_rows": queue, "hnsw": slots, "fulltext_merged": merged,
+            "free_pages_zeroed": free_pages,
+            "wal_checkpoint_busy": bool(checkpoint and checkpoint[0]), "hnsw_tail_bytes_zeroed": zeroed,
+            "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",
+        }
+
+    def reclaim_store(self) -> dict[str, Any]:
+        """Everything deleted goes: the collection rewritten from its survivors, the SQLite file VACUUMed."""
+        return {"mechanism": "rewrite", **self._reclaim_rewrite([])}
+
+    def compact(self) -> dict[str, Any]:
+        """The collection rewritten from its survivors into new segments: the slots an in-place reclaim left
+        in the graph go with the old segment."""
+        return {"mechanism": "rewrite", **self._reclaim_rewrite([])}
+
+    def _reclaim_rewrite(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         present = self._existing(self._ids(artifacts))
         if present:
             self.collection().delete(ids=present)
         kill_point("reclaim:chroma:after-delete")
         rewrite = self._rewrite()
         kill_point("reclaim:chroma:after-rewrite")
-        zeroed = self._zero_hnsw_tails()
+        zeroed = self._settle_and_zero_tails()
         purged = self._purge_queue()
         kill_point("reclaim:chroma:after-purge")
         vacuum = self._vacuum()
@@ -314,6 +404,15 @@ class ChromaAdapter(ChromaHooks, Adapter):
             return dict(conn.execute("SELECT id, scope FROM segments").fetchall())
         finally:
             conn.close()
+
+    def _settle_and_zero_tails(self) -> dict[str, int]:
+        """Let this process's fresh Chroma instance load the collection's vector segment first (a read
+        does), then zero the tails: a segment Chroma has not persisted yet is set up again at load, and its
+        files are written then from buffers that hold whatever the process's heap held."""
+        col = self.collection()
+        if col.count():
+            col.get(limit=1, include=["embeddings"])
+        return self._zero_hnsw_tails()
 
     def _zero_hnsw_tails(self) -> dict[str, int]:
         """hnswlib allocates room for max_elements and Chroma may persist the whole buffer; the slots

@@ -220,8 +220,8 @@ def test_end_to_end_survivors_identical(ctomb):
     assert after[1] == before[1]
     assert set(after[0]) == set(theirs)
     evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
-    assert evidence["rewrite"]["survivors"] == 50
-    assert evidence["orphan_segment_dirs_removed"], "the old segment directory must be removed"
+    assert evidence["mechanism"] == "in-place" and "rewrite" not in evidence
+    assert evidence["rows_deleted"]["embeddings"] == 6 and evidence["hnsw"]["ids_dropped"] == 6
     assert mine[0] not in str(evidence)
 
 
@@ -248,7 +248,7 @@ def test_rewrite_killed_midway_loses_no_survivor(ctomb, crash_at, monkeypatch):
     before = survivors_snapshot(ctomb)
     expected = {k: v for k, v in before.items() if k not in mine}
     arts = [ctomb.lineage.artifact("vectors", i) for i in mine]
-    adapter = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options)
+    adapter = ChromaAdapter("vectors", {**ctomb.config.stores["vectors"].options, "reclaim": "rewrite"})
     adapter.suppress(arts)
 
     class Crash(BaseException):

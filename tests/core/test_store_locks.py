@@ -36,11 +36,11 @@ LLM = "writer-llm"
 BACKENDS = ["docstore", "chroma", "faiss", "qdrant", "exact_cache", "semantic_cache", "pgvector"]
 PAUSE_SECONDS = 2.5
 # A point inside each backend's reclaim, reached while the erasure holds the store's lock (for Chroma,
-# the semantic cache and Qdrant: in the middle of the rewrite, the original collection still live).
+# the semantic cache: between the secure deletion of the rows and the HNSW slots; Qdrant: after its delete).
 PAUSE_IN_RECLAIM = {
     "docstore": "reclaim:docstore:after-delete",
-    "chroma": "reclaim:chroma:copy-created",
-    "semantic_cache": "reclaim:chroma:copy-created",
+    "chroma": "reclaim:chroma:rows-deleted",
+    "semantic_cache": "reclaim:chroma:rows-deleted",
     "faiss": "reclaim:faiss:zeroed-in-memory",
     "qdrant": "reclaim:qdrant:after-delete",
     "exact_cache": "reclaim:exact_cache:after-delete",

@@ -1,0 +1,217 @@
+"""Chroma's in-place reclaim: the erased records' rows and HNSW slots are cleared where they lie, and nothing
+else in the collection is rewritten.
+
+The persisted HNSW segment (one folder per segment, named by its id) holds:
+
+- ``header.bin``: a format version (u32), then hnswlib's index header (element count, the size of one slot,
+  where in a slot the vector and the label lie);
+- ``data_level0.bin``: one slot per element: its level-0 link list (a u16 count, a flag byte whose lowest bit
+  marks the element deleted, the neighbours), its vector (normalised in cosine space), its label (u64);
+- ``index_metadata.pickle``: Chroma's id <-> label map, a plain dict of strings and integers.
+
+Erasing in place marks each erased slot deleted and zeroes its vector (hnswlib keeps a deleted element's
+vector and its links; a deleted element is never returned), zeroes the vector of every slot already marked
+deleted (an earlier delete by the store's own client left it), and drops the ids from the id map. The slots
+and their links stay until ``tombstone compact`` rewrites the collection.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle  # noqa: S403 - read through _PlainUnpickler only, which builds nothing but builtins
+import sqlite3
+import struct
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ID_MAP = "index_metadata.pickle"
+DELETE_MARK = 0x01
+DELETE_OPERATION = 3  # chromadb's code for Operation.DELETE in embeddings_queue
+# version, offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset, offset_data
+_HEADER = struct.Struct("<i6Q")
+_ID_MAP_KEYS = {"dimensionality", "total_elements_added", "max_seq_id", "id_to_label", "label_to_id", "id_to_seq_id"}
+
+
+class NotInPlace(Exception):
+    """The segment is not in a shape the in-place recipe knows; the caller rewrites instead."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise NotInPlace(f"{ID_MAP} names {module}.{name}: not the plain id map this recipe edits")
+
+
+def read_id_map(folder: Path) -> dict[str, Any] | None:
+    """The segment's id map, or None when the segment was never persisted. Only a plain dict of the keys
+    Chroma's Rust core writes is accepted (no class is built, no code runs)."""
+    path = folder / ID_MAP
+    try:
+        with path.open("rb") as fh:
+            data = _PlainUnpickler(fh).load()
+    except FileNotFoundError:
+        return None
+    except NotInPlace:
+        raise
+    except Exception as exc:
+        raise NotInPlace(f"{ID_MAP} is not readable as a plain id map: {exc}") from exc
+    if not isinstance(data, dict) or not {"id_to_label", "label_to_id"} <= set(data) or set(data) - _ID_MAP_KEYS:
+        raise NotInPlace(f"{ID_MAP} has keys {sorted(data) if isinstance(data, dict) else type(data).__name__}")
+    return data
+
+
+def write_id_map(folder: Path, data: Mapping[str, Any]) -> None:
+    """Replace the id map atomically (temp file in the folder, fsync, rename, fsync the folder)."""
+    fd, tmp = tempfile.mkstemp(prefix=".tombstone-", suffix=".pickle", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(dict(data), fh, protocol=3)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, folder / ID_MAP)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def header(folder: Path) -> dict[str, int] | None:
+    try:
+        raw = (folder / "header.bin").read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(raw) < _HEADER.size:
+        raise NotInPlace("header.bin is shorter than hnswlib's header")
+    _version, offset_level0, _max, count, size, label_offset, offset_data = _HEADER.unpack_from(raw)
+    if not size or not offset_level0 + 3 <= offset_data < label_offset <= size - 8:
+        raise NotInPlace("header.bin does not describe the slot layout this recipe knows")
+    return {"offset_level0": offset_level0, "count": count, "size": size, "label_offset": label_offset,
+            "offset_data": offset_data}
+
+
+def erase_slots(folder: Path, ids: Iterable[str]) -> dict[str, int]:
+    """Mark the slots of ``ids`` deleted and zero their vectors, zero the vectors of slots already marked
+    deleted, fsync; then drop ``ids`` from the id map. Idempotent: run again after a crash, it finds the
+    slots it zeroed already zero and the ids already gone. Returns counts."""
+    head = header(folder)
+    id_map = read_id_map(folder)
+    if head is None or id_map is None or head["count"] == 0:
+        return {"slots_marked": 0, "vectors_zeroed": 0, "ids_dropped": 0}
+    data_file = folder / "data_level0.bin"
+    count, size = head["count"], head["size"]
+    if data_file.stat().st_size < count * size:
+        raise NotInPlace("data_level0.bin is shorter than its header says")
+    ids = [i for i in ids if i in id_map["id_to_label"]]
+    erased_labels = {int(id_map["id_to_label"][i]) for i in ids}
+    slots = np.memmap(data_file, dtype=np.uint8, mode="r+", shape=(count, size))
+    try:
+        lo, vo, vend = head["label_offset"], head["offset_data"], head["label_offset"]
+        labels = np.ascontiguousarray(slots[:, lo:lo + 8]).view("<u8").ravel()
+        flag_col = head["offset_level0"] + 2
+        erased = np.isin(labels, np.fromiter(erased_labels, dtype=np.uint64, count=len(erased_labels)))
+        marked_before = (slots[:, flag_col] & DELETE_MARK).astype(bool)
+        newly_marked = erased & ~marked_before
+        targets = np.flatnonzero(erased | marked_before)
+        nonzero = [int(t) for t in targets if slots[t, vo:vend].any()]
+        if len(newly_marked.nonzero()[0]):
+            slots[newly_marked, flag_col] |= DELETE_MARK
+        for t in nonzero:
+            slots[t, vo:vend] = 0
+        slots.flush()
+    finally:
+        del slots
+    fd = os.open(data_file, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if ids:
+        for i in ids:
+            label = id_map["id_to_label"].pop(i)
+            id_map["label_to_id"].pop(label, None)
+            if isinstance(id_map.get("id_to_seq_id"), dict):
+                id_map["id_to_seq_id"].pop(i, None)
+        write_id_map(folder, id_map)
+    return {"slots_marked": int(newly_marked.sum()), "vectors_zeroed": len(nonzero), "ids_dropped": len(ids)}
+
+
+def delete_rows(conn: sqlite3.Connection, ids: list[str], metadata_segment: str | None,
+                topics: list[str]) -> dict[str, int]:
+    """Delete the records' rows on ``conn`` (which has ``secure_delete`` on, so SQLite zeroes their cells and
+    the pages it frees): the metadata segment's rows (embeddings, their metadata, the document's full-text
+    row) and every queue row of theirs in this collection's topics, which becomes an empty DELETE (of id
+    ``''``, which no record has). One transaction."""
+    counts = {"embeddings": 0, "metadata": 0, "fulltext": 0, "queue": 0}
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    per_row = [t for t in ("embedding_metadata", "embedding_metadata_array") if t in tables]
+    fulltext = "embedding_fulltext_search" in tables
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            marks = ",".join("?" * len(part))
+            rowids: list[int] = []
+            if metadata_segment is not None:
+                rowids = [r for (r,) in conn.execute(
+                    f"SELECT id FROM embeddings WHERE segment_id = ? AND embedding_id IN ({marks})",  # noqa: S608
+                    (metadata_segment, *part))]
+            for rstart in range(0, len(rowids), 500):
+                rpart = rowids[rstart:rstart + 500]
+                rmarks = ",".join("?" * len(rpart))
+                for table in per_row:
+                    counts["metadata"] += conn.execute(
+                        f"DELETE FROM {table} WHERE id IN ({rmarks})", rpart).rowcount  # noqa: S608
+                if fulltext:
+                    counts["fulltext"] += conn.execute(
+                        f"DELETE FROM embedding_fulltext_search WHERE rowid IN ({rmarks})", rpart).rowcount  # noqa: S608
+                counts["embeddings"] += conn.execute(
+                    f"DELETE FROM embeddings WHERE id IN ({rmarks})", rpart).rowcount  # noqa: S608
+            for topic in topics:
+                # emptied, not deleted: the queue's seq_id has no AUTOINCREMENT, so deleting its last rows
+                # would hand their seq_ids to the next writes, which every segment has seen already and skips
+                counts["queue"] += conn.execute(
+                    f"UPDATE embeddings_queue SET operation = ?, id = '', vector = NULL, encoding = NULL,"  # noqa: S608
+                    f" metadata = NULL WHERE topic = ? AND id IN ({marks})", (DELETE_OPERATION, topic, *part)).rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return counts
+
+
+def merge_fulltext(conn: sqlite3.Connection) -> bool:
+    """Merge the full-text index into one segment: a deleted document's terms leave the index only when the
+    segments that held them are merged (FTS5 records a delete as a new entry, not by editing old ones)."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'embedding_fulltext_search'").fetchone():
+        return False
+    conn.execute("INSERT INTO embedding_fulltext_search(embedding_fulltext_search) VALUES ('optimize')")
+    return True
+
+
+def zero_free_pages(conn: sqlite3.Connection) -> int:
+    """Overwrite every page on the SQLite file's freelist with zeros, through SQLite: a blob of zeros large
+    enough to take every free page is inserted into a scratch table, which is then dropped (its pages go back
+    to the freelist, zero). Chroma's own deletes run with ``secure_delete`` off, so the pages its queue purges
+    free keep the rows they held (the vector, the document); a VACUUM would clear them too, but rewrites the
+    whole file. Returns how many pages were free."""
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    if not free:
+        return 0
+    usable = conn.execute("PRAGMA page_size").fetchone()[0] - 4  # an overflow page keeps 4 bytes for the link
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE tombstone_zero_fill (b BLOB)")
+        conn.execute("INSERT INTO tombstone_zero_fill VALUES (zeroblob(?))", (free * usable,))
+        conn.execute("DROP TABLE tombstone_zero_fill")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return int(free)
