@@ -28,7 +28,7 @@ from tombstone.verify.neighbourhood import Neighbours
 from tombstone.verify.scanner import check_regular
 
 from . import inplace
-from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection
+from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection, bump_epoch
 from .hooks import ChromaHooks
 
 REWRITE_SUFFIX = "-tombstone-rewrite"
@@ -288,7 +288,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
             checkpoint = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
-        # this process's index still holds the vectors in memory: a fresh instance loads the files
+        # this process's index still holds the vectors in memory: a fresh instance loads the files, and
+        # wrappers (in any process) learn from the epoch token to do the same before their next call
+        bump_epoch(self.path)
         self._reload()
         self._col = None
         zeroed = self._settle_and_zero_tails()

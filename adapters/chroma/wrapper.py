@@ -12,7 +12,11 @@ that window, and a read-only wrapper without a lineage db, filter on the flag in
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -131,6 +135,52 @@ def store_lock_of(collection: Any, store: str, wait: float = STORE_LOCK_WAIT) ->
     return StoreLock(lock_file_for(settings.persist_directory), wait=wait, store=store)
 
 
+EPOCH_SUFFIX = ".tombstone.reclaimed"
+
+
+def epoch_file_for(persist_directory: str | os.PathLike[str]) -> Path:
+    """Beside the persist directory (like its lock file): a token an in-place reclaim rewrites when it has
+    edited the collection's files. Chroma keeps a collection's vector index in the memory of every client
+    that loaded it, and a client that still holds the erased vectors there writes them back the next time
+    it persists: a wrapper that finds the token changed opens its collection on a fresh client first."""
+    return Path(os.path.realpath(persist_directory) + EPOCH_SUFFIX)
+
+
+def read_epoch(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(64)
+    except OSError:
+        return None
+
+
+def bump_epoch(persist_directory: str | os.PathLike[str]) -> None:
+    """Write a new token (temp file, fsync, rename)."""
+    path = epoch_file_for(persist_directory)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_hex(16).encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _persist_directory(collection: Any) -> str | None:
+    try:
+        settings = collection._client.get_settings()
+    except AttributeError:
+        return None
+    if not settings.is_persistent or not settings.persist_directory:
+        return None
+    return str(settings.persist_directory)
+
+
 class TombstoneCollection:
     """A chromadb collection, wrapped. ``lineage=None`` gives a read-only view (no capture).
 
@@ -147,6 +197,9 @@ class TombstoneCollection:
         self.store = store
         self.embedder = embedder
         self.lock = store_lock_of(collection, store, lock_wait)
+        directory = _persist_directory(collection)
+        self._epoch_file = epoch_file_for(directory) if directory else None
+        self._epoch = read_epoch(self._epoch_file)
         self.hidden = HiddenIds(lineage, store) if lineage is not None else None
         """Ids suppressed and not yet reclaimed (None: no lineage db, the in-store flag decides)."""
 
@@ -174,9 +227,31 @@ class TombstoneCollection:
         """The underlying collection, re-resolved by name if a reclaim rewrote it."""
         return self._collection
 
+    def _reopen_if_reclaimed(self) -> None:
+        """After an in-place reclaim (the epoch token changed), the collection on a fresh client: the
+        client this wrapper was given may still hold the erased vectors in its in-memory index."""
+        epoch = read_epoch(self._epoch_file)
+        if epoch == self._epoch:
+            return
+        import chromadb
+        from chromadb.api.models.Collection import Collection
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        old = self._collection
+        identifier = SharedSystemClient._get_identifier_from_settings(old._client.get_settings())
+        SharedSystemClient._identifier_to_system.pop(identifier, None)
+        SharedSystemClient._identifier_to_refcount.pop(identifier, None)
+        with mapped(self.store):
+            client = chromadb.PersistentClient(path=_persist_directory(old), tenant=old.tenant, database=old.database)
+            model = client._server.get_collection(name=self.name, tenant=old.tenant, database=old.database)
+        self._collection = Collection(client=client._server, model=model,
+                                      embedding_function=old._embedding_function, data_loader=old._data_loader)
+        self._epoch = epoch
+
     def _call(self, method: str, **kwargs: Any) -> Any:
         import chromadb.errors
 
+        self._reopen_if_reclaimed()
         try:
             with mapped(self.store):
                 return getattr(self._collection, method)(**kwargs)

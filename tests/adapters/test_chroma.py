@@ -381,3 +381,90 @@ def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(ct
         assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
         wrapper(tomb).upsert(ids=[ids[0]], documents=[text("after")], subject="alice")
         assert wrapper(tomb).get(ids=[ids[0]])["ids"] == [ids[0]]  # after the erasure: a new, visible record
+
+
+def in_place_store(tomb):
+    """alice's 5 chunks and bob's 60 (past the sync threshold: the HNSW files and the id map are persisted)."""
+    mine = write(tomb, "alice", 5)
+    theirs = write(tomb, "bob", 60)
+    arts = [tomb.lineage.artifact("vectors", i) for i in mine]
+    norm = [fingerprint_bytes(normalised_fingerprint(a.fingerprint, a.inv_norm)) for a in arts]
+    return mine, theirs, arts, norm
+
+
+def test_in_place_reclaim_edits_the_segment_and_compact_rewrites_it(ctomb):
+    """The erasure keeps the collection and its segment: the erased slots stay in the graph, marked deleted
+    and zeroed (control: before, the normalised vectors are in data_level0.bin and the ids in the id map);
+    an independent scan finds none of the erased bytes; a fresh process loads the edited files and answers
+    over the survivors; ``tombstone compact`` then rewrites the collection without the slots."""
+    from click.testing import CliRunner
+
+    from tombstone.cli import main
+    from tombstone_adapters.chroma.inplace import read_id_map
+
+    mine, theirs, arts, norm = in_place_store(ctomb)
+    adapter = ctomb.adapter("vectors")
+    [seg] = [store_dir(ctomb) / s for s, scope in adapter._segments().items() if scope == "VECTOR"]
+    collection_id = str(adapter.collection().id)
+    assert all(f"{seg.name}/data_level0.bin" in scan(store_dir(ctomb), p) for p in norm)
+    assert set(mine) <= set(read_id_map(seg)["id_to_label"])
+    count_before = hnsw_header(seg)["cur_element_count"]
+    queries = HashingEmbedder(DIM)([text(f"bob-{i}") for i in range(5)])
+    before = survivors_snapshot(ctomb, queries, exclude=mine)
+    receipt, _ = ctomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert evidence["mechanism"] == "in-place" and evidence["hnsw"]["slots_marked"] == 5
+    adapter = ctomb.adapter("vectors")
+    assert str(adapter.collection().id) == collection_id and seg.is_dir()
+    assert hnsw_header(seg)["cur_element_count"] == count_before  # the slots stay, zeroed, until compact
+    assert not set(mine) & set(read_id_map(seg)["id_to_label"])
+    for aid, art, pattern in zip(mine, arts, norm):
+        assert scan(store_dir(ctomb), aid.encode()) == []
+        assert scan(store_dir(ctomb), pattern) == []
+        assert scan(store_dir(ctomb), fingerprint_bytes(art.fingerprint)) == []
+    script = ("import sys, json, chromadb\n"
+              "col = chromadb.PersistentClient(path=sys.argv[1]).get_collection('docs')\n"
+              "res = col.query(query_embeddings=json.loads(sys.argv[2]), n_results=5)\n"
+              "print(json.dumps([col.count(), res['ids']]))\n")
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", script, str(store_dir(ctomb)), json.dumps(queries.tolist())],
+                         capture_output=True, text=True, check=True)
+    count, hits = json.loads(out.stdout)
+    assert count == 60 and hits == before[1]
+    result = CliRunner().invoke(main, ["compact", "--config", str(ctomb.config.path)], catch_exceptions=False)
+    assert result.exit_code == 0 and "rewrite" in result.output, result.output
+    assert not seg.exists()
+    [fresh] = [store_dir(ctomb) / s for s, scope in ChromaAdapter(
+        "vectors", ctomb.config.stores["vectors"].options)._segments().items() if scope == "VECTOR"]
+    assert survivors_snapshot(ctomb, queries, exclude=mine) == (
+        {k: v for k, v in before[0].items() if k in theirs}, before[1])
+    # the new segment holds the survivors' slots only (what it has persisted of them so far)
+    assert set(read_id_map(fresh)["id_to_label"]) <= set(theirs) and hnsw_header(fresh)["cur_element_count"] <= 60
+
+
+def test_a_client_opened_before_the_erasure_does_not_write_the_vectors_back(ctomb):
+    """Chroma keeps the index in each client's memory and writes it all when it persists. A wrapper opened
+    before the erasure sees the epoch token change and reopens its collection on a fresh client before it
+    writes: after 60 more writes through it (past the sync threshold) the erased vectors are still gone.
+    Control: a raw Chroma client opened before the erasure, written to the same way, puts them back — the
+    limit verification-levels.md states, and the physical probe sees."""
+    mine, _, arts, norm = in_place_store(ctomb)
+    app = wrapper(ctomb)
+    app.get(ids=mine[:1])
+    raw = chromadb.PersistentClient(path=str(store_dir(ctomb))).get_collection("docs")
+    raw.get(ids=mine[:1], include=["embeddings"])
+    receipt, _ = ctomb.erase("alice")
+    assert receipt["summary"]["VERIFIED"] == 5
+    app.add(ids=[f"late-{i:03d}" for i in range(60)], documents=[text(f"late {i}") for i in range(60)],
+            subject="carol")
+    assert not any(scan(store_dir(ctomb), p) for p in norm)
+    assert all(r.passed for r in ctomb.adapter("vectors").probe_physical(arts).values())
+    assert len(app.get(ids=[f"late-{i:03d}" for i in range(60)])["ids"]) == 60
+    # control: Chroma's own client, stale, with no wrapper around it
+    raw.add(ids=[f"raw-{i:03d}" for i in range(60)], embeddings=HashingEmbedder(DIM)([f"raw {i}" for i in range(60)]))
+    assert any(scan(store_dir(ctomb), p) for p in norm), "control: a stale raw client wrote nothing back?"
+    assert not all(r.passed for r in ctomb.adapter("vectors").probe_physical(arts).values())
