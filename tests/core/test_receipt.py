@@ -158,3 +158,34 @@ def test_receipts_chain(tomb):
     assert second["previous_receipt_hash"] == first["receipt_hash"] and second["sequence"] == 2
     assert tomb.lineage.chain_head() == (2, second["receipt_hash"])
     assert body_hash(second) == second["receipt_hash"]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(data=st.data())
+def test_the_fast_schema_check_never_accepts_what_jsonschema_rejects(signed, data):
+    """validate_schema takes jsonschema-rs's "valid" without asking jsonschema again: on receipts changed in
+    one place (a value, its type, a field removed or added) the two must agree, or at least the fast one
+    must reject whatever jsonschema rejects."""
+    from tombstone.receipt.signing import _fast_validator, _validator
+
+    receipt, _ = signed
+    assert _fast_validator().is_valid(receipt)
+    assert not _fast_validator().is_valid({**receipt, "artifacts": "none"})  # control: it can reject
+    paths = list(_leaves(receipt))
+    path = data.draw(st.sampled_from(paths), label="path")
+    how = data.draw(st.sampled_from(["value", "type", "drop", "add"]), label="how")
+    seed = data.draw(st.integers(min_value=0, max_value=10_000), label="seed")
+    changed = copy.deepcopy(receipt)
+    node = changed
+    for key in path[:-1]:
+        node = node[key]
+    if how == "value":
+        node[path[-1]] = _mutate(node[path[-1]], seed)
+    elif how == "type":
+        node[path[-1]] = [None, 1, 1.5, "s", True, [], {}][seed % 7]
+    elif how == "drop" and isinstance(node, dict):
+        del node[path[-1]]
+    elif isinstance(node, dict):
+        node[f"extra_{seed}"] = seed
+    rejected = next(iter(_validator().iter_errors(changed)), None) is not None
+    assert _fast_validator().is_valid(changed) == (not rejected)
