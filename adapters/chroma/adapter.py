@@ -528,8 +528,23 @@ class ChromaAdapter(ChromaHooks, Adapter):
     @staticmethod
     def _searcher(target):
         def search(vectors: np.ndarray, k: int):
-            res = target.query(query_embeddings=vectors, n_results=k, include=["embeddings"])
-            return res["ids"], [e if e is not None else [] for e in res["embeddings"]]
+            ids = target.query(query_embeddings=vectors, n_results=k, include=[])["ids"]
+
+            def candidates(rows: list[int]) -> list[np.ndarray]:
+                # the same search again, with the vectors, for the few rows MMR needs (HNSW answers the
+                # same query the same way); a row whose ids differ is aligned by id
+                res = target.query(query_embeddings=vectors[rows], n_results=k, include=["embeddings"])
+                out = []
+                for r, got_ids, embs in zip(rows, res["ids"], res["embeddings"]):
+                    embs = np.asarray(embs if embs is not None else [], dtype=np.float32)
+                    if list(got_ids) != list(ids[r]):
+                        by_id = dict(zip(got_ids, embs))
+                        embs = np.asarray([by_id.get(i, np.zeros(vectors.shape[1], np.float32)) for i in ids[r]],
+                                          dtype=np.float32)
+                    out.append(embs)
+                return out
+
+            return ids, candidates
 
         return search
 

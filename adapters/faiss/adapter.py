@@ -129,11 +129,11 @@ class FaissAdapter(FaissHooks, Adapter):
         def raw(vectors: np.ndarray, k: int):
             _, labels = store.raw_search(vectors, k)
             ids = [[id_of.get(label) for label in row if label >= 0] for row in labels.tolist()]
-            return ids, [self._candidates(row) for row in ids]
+            return ids, lambda rows: [self._candidates(ids[r]) for r in rows]
 
         def wrapped(vectors: np.ndarray, k: int):
             ids = [[aid for aid, _ in row] for row in store.search(query_embeddings=vectors, k=k)]
-            return ids, [self._candidates(row) for row in ids]
+            return ids, lambda rows: [self._candidates(ids[r]) for r in rows]
 
         results = {}
         listed = set(store.get())  # the wrapper's full listing, once for the batch (not once per artifact)

@@ -209,10 +209,11 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         def searcher(raw: bool):
             def search(vectors: np.ndarray, k: int):
                 ids, candidates = [], []
-                for row in self.pg.search(query_embeddings=vectors, k=k, raw=raw):
-                    # Another saga (another worker) may delete rows between the search and this read:
-                    # a row that is gone is no longer there to be returned, so it drops out.
-                    found = self.pg.vectors_by_id([r["id"] for r in row])
+                rows = self.pg.search(query_embeddings=vectors, k=k, raw=raw)
+                # Another saga (another worker) may delete rows between the search and this read: a row
+                # that is gone is no longer there to be returned, so it drops out. One read for every row.
+                found = self.pg.vectors_by_id(list(dict.fromkeys(r["id"] for row in rows for r in row)))
+                for row in rows:
                     kept = [r["id"] for r in row if r["id"] in found]
                     ids.append(kept)
                     candidates.append(np.stack([found[i] for i in kept]) if kept else np.zeros((0, dim)))

@@ -248,17 +248,25 @@ class QdrantAdapter(QdrantHooks, Adapter):
     # -- probes -------------------------------------------------------------------------------
 
     def _searcher(self, target, raw: bool):
+        def points(v: np.ndarray, k: int, with_vectors: bool):
+            if raw:
+                return self.client.query_points(self.name, query=v.tolist(), limit=k, with_payload=True,
+                                                with_vectors=with_vectors).points
+            return target.query_points(v.tolist(), limit=k, with_vectors=with_vectors)
+
         def search(vectors: np.ndarray, k: int):
-            ids, cands = [], []
-            for v in vectors:
-                if raw:
-                    pts = self.client.query_points(self.name, query=v.tolist(), limit=k, with_payload=True,
-                                                   with_vectors=True).points
-                else:
-                    pts = target.query_points(v.tolist(), limit=k, with_vectors=True)
-                ids.append([(p.payload or {}).get(ID_KEY) for p in pts])
-                cands.append(np.asarray([p.vector for p in pts], dtype=np.float32))
-            return ids, cands
+            ids = [[(p.payload or {}).get(ID_KEY) for p in points(v, k, False)] for v in vectors]
+
+            def candidates(rows: list[int]) -> list[np.ndarray]:
+                # the same search again, with the vectors, for the few rows MMR needs, aligned by id
+                out = []
+                for r in rows:
+                    by_id = {(p.payload or {}).get(ID_KEY): p.vector for p in points(vectors[r], k, True)}
+                    out.append(np.asarray([by_id.get(i, np.zeros(vectors.shape[1])) for i in ids[r]],
+                                          dtype=np.float32))
+                return out
+
+            return ids, candidates
 
         return search
 

@@ -50,3 +50,41 @@ def test_mmr_for_many_queries_chooses_what_mmr_for_one_chooses():
     candidates = [rng.normal(size=(int(rng.integers(0, 40)), 8)) for _ in range(50)]
     candidates[3] = np.repeat(candidates[3][:1], 5, axis=0) if len(candidates[3]) else rng.normal(size=(5, 8))
     assert mmr_select_many(queries, candidates) == [mmr_select(q, c) for q, c in zip(queries, candidates)]
+
+
+def test_mmr_runs_only_where_the_top_k_holds_the_artifact_and_decides_as_mmr_over_every_query():
+    """MMR picks among the top-k, so the probe asks a searcher for the candidates' vectors only for the queries
+    whose top-k holds the artifact: the verdicts equal MMR computed over every query's candidates, and a
+    searcher that hands its vectors out lazily is asked for those rows alone (none, when nothing is found)."""
+    from tombstone.verify.logical import mmr_select
+
+    rng = np.random.default_rng(11)
+    ids = [f"a{i}" for i in range(200)]
+    matrix = rng.normal(size=(200, 16)).astype(np.float32)
+    items = [(aid, [("fragment1", matrix[i] + rng.normal(scale=0.1, size=16).astype(np.float32)),
+                    ("padded_fingerprint", rng.normal(size=16).astype(np.float32))])
+             for i, aid in enumerate(ids[:80])]
+    asked: list[int] = []
+
+    def lazy(vectors: np.ndarray, k: int):
+        order = np.argsort(-(vectors @ matrix.T), axis=1)[:, :k]
+        found = [[ids[j] for j in row] for row in order]
+
+        def candidates(rows):
+            asked.extend(rows)
+            return [matrix[order[r]] for r in rows]
+        return found, candidates
+
+    got = nearest_paths_many(items, {"raw": lazy}, 10, batch=64)
+    for aid, queries in items:  # the reference: MMR over every query's candidates
+        for label, vec in queries:
+            order = np.argsort(-(matrix @ vec))[:10]
+            chosen = mmr_select(vec, matrix[order])
+            assert got[aid][f"raw.mmr({label})"] == (aid in [ids[order[i]] for i in chosen])
+            assert got[aid]["raw.top40(" + label + ")"] == (aid in [ids[j] for j in order])
+    holding = sum(paths[f"raw.top40({label})"] for paths in got.values() for label in ("fragment1", "padded_fingerprint"))
+    assert holding and len(asked) == holding < 160  # control: some queries found it, and only those asked
+    asked.clear()
+    gone = [(f"x{i}", queries) for i, (_, queries) in enumerate(items)]  # ids no query returns: an erasure
+    assert not any(any(p.values()) for p in nearest_paths_many(gone, {"raw": lazy}, 10).values())
+    assert asked == []

@@ -100,14 +100,15 @@ def mmr_select_many(queries: np.ndarray, candidates: Sequence[np.ndarray], k: in
     return [chosen[i, : min(k, size)].tolist() for i, size in enumerate(sizes)]
 
 
-Searcher = "Callable[[np.ndarray, int], tuple[list[list[str]], list[np.ndarray]]]"
+Searcher = ("Callable[[np.ndarray, int], tuple[list[list[str]], "
+            "list[np.ndarray] | Callable[[list[int]], list[np.ndarray]]]]")
 
 
 def nearest_paths(artifact_id: str, queries: list[tuple[str, np.ndarray]], searchers: dict, k: int) -> dict[str, bool]:
     """Run every probe vector through every searcher (top-k, then MMR over those k) in one batch each.
 
     ``searchers`` maps a path name to ``search(vectors, k) -> (ids per query, candidate vectors per
-    query)``. Returns ``{"<path>.top<k>(<probe>)": hit, "<path>.mmr(<probe>)": hit, ...}``.
+    query)``; the candidate vectors may instead be a function of the query rows that need them. Returns ``{"<path>.top<k>(<probe>)": hit, "<path>.mmr(<probe>)": hit, ...}``.
     """
     paths: dict[str, bool] = {}
     if not queries or k <= 0:
@@ -118,7 +119,8 @@ def nearest_paths(artifact_id: str, queries: list[tuple[str, np.ndarray]], searc
         for q, (label, vec) in enumerate(queries):
             ids = list(ids_per_query[q])
             paths[f"{name}.top{TOP_K}({label})"] = artifact_id in ids
-            chosen = mmr_select(vec, np.asarray(candidates[q])) if ids else []
+            # MMR picks among the top-k: it can return the artifact only where the top-k holds it
+            chosen = mmr_select(vec, np.asarray(candidate_vectors(candidates, [q])[0])) if artifact_id in ids else []
             paths[f"{name}.mmr({label})"] = artifact_id in [ids[i] for i in chosen]
     return paths
 
@@ -143,14 +145,27 @@ def nearest_paths_many(items: Sequence[tuple[str, list[tuple[str, np.ndarray]]]]
             part = flat[start:start + batch]
             vectors = np.stack([v for _, _, v in part]).astype(np.float32)
             ids_per_query, candidates = search(vectors, k)
-            picks = mmr_select_many(vectors, [np.asarray(candidates[q]) if len(ids_per_query[q]) else np.zeros((0, 1))
-                                              for q in range(len(part))])
+            # MMR picks among the top-k, so it can return the artifact only where the top-k holds it: only
+            # those queries need the candidates' vectors and the selection (after an erasure, usually none)
+            holding = [q for q, (aid, _, _) in enumerate(part) if aid in ids_per_query[q]]
+            picks: dict[int, list[int]] = {}
+            if holding:
+                vecs = candidate_vectors(candidates, holding)
+                picks = dict(zip(holding, mmr_select_many(vectors[holding], [np.asarray(v) for v in vecs])))
             for q, (aid, label, vec) in enumerate(part):
                 ids = list(ids_per_query[q])
                 paths = out[aid]
                 paths[f"{name}.top{TOP_K}({label})"] = aid in ids
-                paths[f"{name}.mmr({label})"] = aid in [ids[i] for i in picks[q]]
+                paths[f"{name}.mmr({label})"] = q in picks and aid in [ids[i] for i in picks[q]]
     return out
+
+
+def candidate_vectors(candidates: Any, rows: list[int]) -> list[np.ndarray]:
+    """The candidates' vectors of the given query rows: a searcher returns them as a list (one array per
+    query) or as a function of the rows, called only when some row needs them."""
+    if callable(candidates):
+        return list(candidates(rows))
+    return [candidates[q] for q in rows]
 
 
 def fit_dim(vector: np.ndarray, dim: int) -> np.ndarray:
