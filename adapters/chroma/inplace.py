@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from tombstone.faults import kill_point
+
 ID_MAP = "index_metadata.pickle"
 DELETE_MARK = 0x01
 DELETE_OPERATION = 3  # chromadb's code for Operation.DELETE in embeddings_queue
@@ -132,6 +134,7 @@ def erase_slots(folder: Path, ids: Iterable[str]) -> dict[str, int]:
         os.fsync(fd)
     finally:
         os.close(fd)
+    kill_point("reclaim:chroma:slots-zeroed")  # zeroed and synced, the id map not yet rewritten
     if ids:
         for i in ids:
             label = id_map["id_to_label"].pop(i)
