@@ -87,6 +87,7 @@ class ChromaAdapter(ChromaHooks, Adapter):
         super().__init__(store, options)
         self._snapshot: Snapshot | None = None
         self.require("path", "collection")
+        self.reclaim_mode()
         self.path = Path(options["path"])
         self.name = str(options["collection"])
         if not (self.path / "chroma.sqlite3").is_file():
@@ -235,7 +236,7 @@ class ChromaAdapter(ChromaHooks, Adapter):
         their bytes (an earlier delete by Chroma's own client, which runs with ``secure_delete`` off, left
         them in free pages no delete reaches), or with ``reclaim = "rewrite"``, or when the segment is not
         in a shape the in-place recipe knows: the collection is rewritten from its survivors."""
-        if self.options.get("reclaim", "in-place") == "rewrite" or not artifacts:
+        if self.reclaim_mode() == "rewrite" or not artifacts:
             return {"mechanism": "rewrite", **self._reclaim_rewrite(artifacts)}
         try:
             evidence = self._reclaim_in_place(artifacts)

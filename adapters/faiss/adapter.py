@@ -35,6 +35,7 @@ class FaissAdapter(FaissHooks, Adapter):
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
         self.require("path")
+        self.reclaim_mode()
         self.dir = Path(options["path"])
         """The store's own directory (what the physical probe reads)."""
         self._snapshot: Snapshot | None = None
@@ -93,7 +94,7 @@ class FaissAdapter(FaissHooks, Adapter):
         if not self.writable:
             raise ReclaimUnavailableError("index directory or files not writable: logical level only",
                                           store=self.store)
-        if self.options.get("reclaim", "in-place") == "rewrite":
+        if self.reclaim_mode() == "rewrite":
             evidence = self.faiss.rebuild(self._ids(artifacts))
             evidence["mechanism"] = "rewrite"
             evidence["steps"] = ["rebuild IndexHNSWFlat from survivors (same M, efConstruction, efSearch, metric)",

@@ -56,6 +56,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
         super().__init__(store, options)
         self._memory: QdrantClient | None = None
         self.require("path", "collection")
+        self.reclaim_mode()
         self.path = Path(options["path"])
         self.name = str(options["collection"])
         if not (self.path / "meta.json").is_file():
@@ -147,7 +148,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
         the survivors and VACUUM every SQLite file."""
         present = self._present(artifacts)
         secure_delete = self.secure_delete_in_force()
-        in_place = self.options.get("reclaim", "in-place") != "rewrite"
+        in_place = self.reclaim_mode() != "rewrite"
         conn = self._storage_connection(self.name)
         if in_place and conn is not None:
             conn.execute("PRAGMA secure_delete=ON")

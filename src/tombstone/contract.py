@@ -165,6 +165,17 @@ class Adapter(abc.ABC):
             needs = " and ".join(f'{key} = "..."' for key in keys)
             raise ConfigError(f"store {self.store!r}: the {self.backend} backend needs {needs}")
 
+    RECLAIM_MODES = ("in-place", "rewrite")
+
+    def reclaim_mode(self) -> str:
+        """The ``reclaim`` option of a backend that has both recipes: ``in-place`` (the default) or
+        ``rewrite``; anything else is one ConfigError line (a misspelt value never picks a recipe silently)."""
+        mode = self.options.get("reclaim", "in-place")
+        if mode not in self.RECLAIM_MODES:
+            raise ConfigError(f"store {self.store!r}: reclaim = {mode!r} is not one of "
+                              + ", ".join(f'"{m}"' for m in self.RECLAIM_MODES))
+        return str(mode)
+
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
 

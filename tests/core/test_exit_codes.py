@@ -131,6 +131,25 @@ def test_a_store_missing_a_required_option_stops_before_anything_changes(tmp_pat
         assert tomb.lineage.sagas() == []
 
 
+def test_a_misspelt_reclaim_recipe_stops_before_anything_changes(tmp_path):
+    """``reclaim = "inplace"`` names no recipe: one line, exit 2, no saga, nothing suppressed (it never
+    falls back to one of the two recipes silently)."""
+    from tombstone.lineage.records import ArtifactRecord
+    from tombstone_adapters.faiss import FaissStore
+    from test_cli import one_line_error
+
+    config = deployment(tmp_path)
+    FaissStore(config.path.parent / "stores" / "vec", dim=8)  # a real store: only the option is wrong
+    with Tombstone(config) as tomb:
+        [doc] = write_docs(tomb, "alice", 1)
+        tomb.lineage.record_artifacts("alice", [ArtifactRecord("vec", "v-1", "faiss", "vector")])
+    _config_with(config, "vec", 'backend = "faiss"\npath = "stores/vec"\nreclaim = "inplace"')
+    err = one_line_error(run("erase", "alice", "--config", str(config.path)), 2)
+    assert "reclaim = 'inplace' is not one of \"in-place\", \"rewrite\"" in err
+    with Tombstone.open(config.path) as tomb:
+        assert tomb.lineage.sagas() == [] and not tomb.lineage.is_suppressed("docs", doc)
+
+
 def test_a_store_removed_from_the_config_stops_unless_allowed_then_exits_3(tmp_path):
     from tombstone.lineage.records import ArtifactRecord
     from test_cli import one_line_error
