@@ -273,17 +273,15 @@ class ChromaAdapter(ChromaHooks, Adapter):
         finally:
             conn.close()
         kill_point("reclaim:chroma:rows-deleted")
-        # Chroma's own delete, for the index this process holds in memory (it marks the elements deleted
-        # there, and writes DELETE rows to the queue); it finds no row left to delete in SQLite
-        col.delete(ids=ids)
-        kill_point("reclaim:chroma:after-delete")
+        # Chroma's own delete is not called: the DELETE rows it queues would be replayed by the next client
+        # that loads the segment, and hnswlib refuses to delete an element twice (a slot this recipe marked
+        # before a crash). The index in this process's memory is replaced below instead.
         vector = segments.get("VECTOR")
         slots = inplace.erase_slots(self.path / vector, ids) if vector else {}
         kill_point("reclaim:chroma:slots-erased")
         conn = self._db()
         try:
             conn.execute("PRAGMA secure_delete=ON")
-            queue = inplace.delete_rows(conn, ids, None, topics)["queue"]  # the DELETE rows, naming the ids
             merged = inplace.merge_fulltext(conn)
             free_pages = inplace.zero_free_pages(conn)
             checkpoint = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -297,14 +295,14 @@ class ChromaAdapter(ChromaHooks, Adapter):
         zeroed = self._settle_and_zero_tails()
         return {
             "mechanism": "in-place",
-            "steps": ["delete the records' rows, metadata, full-text rows and queue rows on a secure_delete"
-                      " connection", "Chroma's delete (the in-memory index)",
+            "steps": ["delete the records' rows, metadata and full-text rows, empty their queue rows, on a"
+                      " secure_delete connection",
                       "mark their HNSW slots deleted, zero their vectors and every deleted slot's, drop their ids"
-                      " from index_metadata.pickle", "delete the queue's DELETE rows",
+                      " from index_metadata.pickle",
                       "merge the full-text index", "zero chroma.sqlite3's free pages",
-                      "reload the collection from its files",
+                      "reload the collection from its files (a new epoch token for the wrappers)",
                       "zero HNSW slots past cur_element_count"],
-            "rows_deleted": rows, "queue_delete_rows": queue, "hnsw": slots, "fulltext_merged": merged,
+            "rows_deleted": rows, "hnsw": slots, "fulltext_merged": merged,
             "free_pages_zeroed": free_pages,
             "wal_checkpoint_busy": bool(checkpoint and checkpoint[0]), "hnsw_tail_bytes_zeroed": zeroed,
             "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",

@@ -244,10 +244,15 @@ def test_demo_with_every_embedded_backend(tmp_path):
     receipt = json.loads((root / "receipts" / "user-0001.json").read_text())
     assert {a["backend"] for a in receipt["artifacts"]} == {"chroma", "faiss", "qdrant", "docstore"}
     assert receipt["summary"]["VERIFIED"] == 12 and len(receipt["artifacts"]) == 12
-    # each store under its own folder; beside it only the store locks erasures and writers share
+    # each store under its own folder; beside it only the store locks erasures and writers share, and
+    # Chroma's epoch token (its wrappers reopen the collection after an in-place reclaim)
     listing = sorted(p.name for p in (root / "stores").iterdir())
-    assert [n for n in listing if not n.endswith(".tombstone.lock")] == ["chroma", "docstore", "faiss", "qdrant"]
-    assert all(n.removesuffix(".tombstone.lock") in ("chroma", "docstore", "faiss", "qdrant") for n in listing)
+    beside = (".tombstone.lock", ".tombstone.reclaimed")
+    assert [n for n in listing if not n.endswith(beside)] == ["chroma", "docstore", "faiss", "qdrant"]
+    assert all(n.removesuffix(".tombstone.lock") in ("chroma", "docstore", "faiss", "qdrant") for n in listing
+               if n.endswith(".tombstone.lock"))
+    assert [n for n in listing if n.endswith(".tombstone.reclaimed")] == ["chroma.tombstone.reclaimed"]
+    assert len((root / "stores" / "chroma.tombstone.reclaimed").read_bytes()) == 32  # a random token, nothing else
     assert run("receipt", "verify", str(root / "receipts" / "user-0001.json"), "--key",
                str(root / "keys" / "signing.pub")).exit_code == 0
 
