@@ -42,6 +42,67 @@ _METRICS = {"l2": faiss.METRIC_L2, "ip": faiss.METRIC_INNER_PRODUCT}
 
 
 
+def _link(source: Path, target: Path) -> bool:
+    """Hard-link ``target`` to ``source`` (replacing a leftover ``target``); False where links are refused."""
+    try:
+        target.unlink(missing_ok=True)
+        os.link(source, target)
+    except OSError:
+        return False
+    return True
+
+
+def flat_codes_offset(path: Path, index: Any) -> int | None:
+    """Where the flat storage's vectors start in the index file ``path`` that ``faiss.write_index`` wrote for
+    ``index`` (an ``IndexIDMap2`` over ``IndexHNSWFlat``), or None when the file does not read as expected.
+
+    The file ends with the flat storage's vectors (ntotal x d float32) followed by the id map (a u64 count,
+    then ntotal int64 labels). The offset is checked, not assumed: the count before the vectors, the id map
+    byte for byte, and the first and last vectors against the index in memory."""
+    storage = faiss.downcast_index(faiss.downcast_index(index.index).storage)
+    n, d = index.ntotal, index.d
+    if not isinstance(storage, faiss.IndexFlat) or n == 0:
+        return None
+    ids = faiss.vector_to_array(index.id_map).astype("<i8")
+    tail, codes = 8 + 8 * n, 4 * n * d
+    try:
+        size = path.stat().st_size
+        start = size - tail - codes
+        if start < 8:
+            return None
+        with open(path, "rb") as fh:
+            fh.seek(start - 8)
+            count = int.from_bytes(fh.read(8), "little")
+            first = fh.read(4 * d)
+            fh.seek(start + codes - 4 * d)
+            last = fh.read(4 * d)
+            stored_ids = fh.read(tail)
+    except OSError:
+        return None
+    flat = faiss.rev_swig_ptr(storage.get_xb(), n * d)
+    if count not in (n * d, codes) or stored_ids != n.to_bytes(8, "little") + ids.tobytes():
+        return None
+    if first != np.asarray(flat[:d], dtype="<f4").tobytes() or last != np.asarray(flat[-d:], dtype="<f4").tobytes():
+        return None
+    return start
+
+
+def _zero_slots(path: Path, offset: int, slots: list[int], width: int) -> bool:
+    """Overwrite ``width`` bytes at ``offset + slot * width`` for each slot with zeros, then fsync."""
+    zeros = b"\x00" * width
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        for slot in slots:
+            os.pwrite(fd, zeros, offset + slot * width)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
 class FaissStore:
     """The persisted store. ``lineage`` + ``embedder`` make it the capturing wrapper apps write through."""
 
@@ -144,11 +205,16 @@ class FaissStore:
     def hnsw(self) -> Any:
         return faiss.downcast_index(self.index.index)
 
-    def commit(self) -> None:
-        """Persist the index and sidecar as a new generation, atomically, and drop the old ones."""
+    def commit(self, index_changed: bool = True) -> None:
+        """Persist the index and sidecar as a new generation, atomically, and drop the old ones. When only the
+        sidecar changed (``index_changed=False``: an exclusion, a dropped mapping, or zeros already written
+        into the committed index file), the new generation's index is a hard link to the current one, not a
+        copy of every vector."""
+        previous = self.index_path
         self.generation += 1
         try:
-            _write_atomic(self.index_path, faiss.serialize_index(self.index).tobytes())
+            if index_changed or not _link(previous, self.index_path):
+                _write_atomic(self.index_path, faiss.serialize_index(self.index).tobytes())
             _write_atomic(self.sidecar_path, json.dumps(self.side, ensure_ascii=False, sort_keys=True).encode("utf-8"))
             kill_point("faiss:commit:before-switch")
             _write_atomic(self.dir / "CURRENT", json.dumps({"generation": self.generation}).encode())
@@ -326,7 +392,7 @@ class FaissStore:
         new = labels - self._excluded()
         if new:
             self.side["excluded"] = sorted(self._excluded() | new)
-            self.commit()
+            self.commit(index_changed=False)
         return len(labels)
 
     def drop_mapping(self, ids: Sequence[str]) -> int:
@@ -342,7 +408,7 @@ class FaissStore:
                 self.side["records"].pop(i, None)
                 dropped += 1
         if dropped:
-            self.commit()
+            self.commit(index_changed=False)
         return dropped
 
     def zero_in_place(self, erase: Sequence[str]) -> dict[str, Any]:
@@ -368,22 +434,34 @@ class FaissStore:
         orphans = set(in_index[~np.isin(in_index, live) & ~np.isin(in_index, known_zero)].tolist()) - labels
         labels |= orphans
         zeroed = 0
+        on_disk = False
         if labels:
             slots = np.flatnonzero(np.isin(in_index, np.fromiter(labels, np.int64)))
             d = storage.d
+            # where the committed file keeps the vectors, read before the copy in memory changes
+            offset = flat_codes_offset(self.index_path, self.index)
             flat = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * d)  # a view: writes go to the index
             for slot in slots.tolist():
                 flat[slot * d : (slot + 1) * d] = 0.0
             zeroed = len(slots)
-        kill_point("reclaim:faiss:zeroed-in-memory")
+            kill_point("reclaim:faiss:zeroed-in-memory")
+            if offset is not None:
+                # The same zeros written into the committed index file where those vectors lie: the slots are
+                # excluded from every read path already, so a crash midway leaves nothing visible, and the
+                # next attempt writes the same zeros again. The next generation then links this file.
+                on_disk = _zero_slots(self.index_path, offset, slots.tolist(), 4 * d)
+                kill_point("reclaim:faiss:zeroed-on-disk")
+        else:
+            kill_point("reclaim:faiss:zeroed-in-memory")
         for i in erase_set:
             self.side["labels"].pop(i, None)
             self.side["records"].pop(i, None)
         self.side["zeroed"] = sorted(set(self.side.get("zeroed", [])) | labels)
         self.side["excluded"] = sorted(self._excluded() - labels)
         if labels:
-            self.commit()
+            self.commit(index_changed=not on_disk)
         return {"mechanism": "in-place", "vectors_zeroed": zeroed, "ids_dropped": len(erase_set),
+                "index_file": "zeroed where it lies" if on_disk else "written anew",
                 "orphans_zeroed": len(orphans),
                 "zeroed_slots_total": len(self.side["zeroed"]), "vectors_in_index": self.index.ntotal}
 

@@ -93,14 +93,16 @@ class TestFaissConformance(AdapterConformance):
 @contextlib.contextmanager
 def faiss_failure(adapter):
     """faiss fails as it does, with RuntimeError: searching, reconstructing and serialising the index; the
-    physical probe lists the store directory instead, so that fails too (EIO)."""
+    physical probe lists the store directory instead, so that fails too (EIO), and so does linking a
+    generation's index file (a commit that changed only the sidecar then writes the index, and fails)."""
     error = RuntimeError("injected: Error in faiss::Index: std::bad_alloc")
     index_class = type(adapter.faiss.index)
     unreadable = OSError(errno.EIO, "injected: Input/output error", str(adapter.faiss.dir))
     with mock.patch.object(index_class, "search", side_effect=error), \
             mock.patch.object(index_class, "reconstruct", side_effect=error), \
             mock.patch.object(faiss, "serialize_index", side_effect=error), \
-            mock.patch.object(adapter.faiss, "files", side_effect=unreadable):
+            mock.patch.object(adapter.faiss, "files", side_effect=unreadable), \
+            mock.patch("os.link", side_effect=unreadable):
         yield
 
 
@@ -155,11 +157,16 @@ def test_rebuild_keeps_survivors_and_search_results(ftomb):
     assert len(list(store_dir(ftomb).iterdir())) == 3, "old generations must be deleted"
 
 
-def test_kill_before_switch_keeps_old_generation(ftomb, monkeypatch):
+@pytest.mark.parametrize("mode", ["rewrite", "in-place"])
+def test_kill_before_switch_keeps_old_generation(ftomb, monkeypatch, mode):
+    """Killed before CURRENT switches: the rewrite leaves the committed generation exactly as it was; the
+    in-place recipe has already written the zeros into the committed index file (the erased records, which
+    the saga suppresses first, lose their vectors; every survivor is untouched). Either way a fresh
+    attempt finishes the erasure."""
     mine = write(ftomb, "alice", 2)
     write(ftomb, "bob", 10)
     before = snapshot(ftomb)
-    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    adapter = FaissAdapter("vec", {**ftomb.config.stores["vec"].options, "reclaim": mode})
     import tombstone_adapters.faiss.store as store_module
 
     real = store_module._write_atomic
@@ -173,7 +180,13 @@ def test_kill_before_switch_keeps_old_generation(ftomb, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         adapter.reclaim([ftomb.lineage.artifact("vec", i) for i in mine])
     monkeypatch.undo()
-    assert snapshot(ftomb) == before, "a killed rebuild must leave the committed generation intact"
+    after_kill = snapshot(ftomb)
+    if mode == "rewrite":
+        assert after_kill == before, "a killed rebuild must leave the committed generation intact"
+    else:
+        assert {k: v for k, v in after_kill.items() if k not in mine} == \
+            {k: v for k, v in before.items() if k not in mine}
+        assert all(after_kill[k][:2] == before[k][:2] and not any(after_kill[k][2]) for k in mine)
     fresh = FaissAdapter("vec", ftomb.config.stores["vec"].options)
     fresh.reclaim([ftomb.lineage.artifact("vec", i) for i in mine])
     assert snapshot(ftomb) == {k: v for k, v in before.items() if k not in mine}
@@ -319,3 +332,45 @@ def test_reclaim_rewrite_option_rebuilds_the_graph_on_every_erasure(ftomb):
     store = FaissStore(store_dir(ftomb), create=False)
     assert store.index.ntotal == 12 and store.side["zeroed"] == []
     assert all(r.passed for r in adapter.probe_physical(arts).values())
+
+
+def test_in_place_erasure_writes_zeros_into_the_committed_file_and_links_it(ftomb):
+    """Neither the suppression nor the in-place reclaim writes the index anew: each new generation's index
+    file is the same inode, the erased vectors zeroed where they lie, and the file is byte for byte what
+    faiss would write for the index in memory. Control: a file whose tail does not read as the index in
+    memory is not written into; the reclaim then writes the index anew."""
+    from tombstone_adapters.faiss.store import flat_codes_offset
+
+    mine = write(ftomb, "alice", 3)
+    write(ftomb, "bob", 20)
+    store = FaissStore(store_dir(ftomb), create=False)
+    inode = store.index_path.stat().st_ino
+    assert flat_codes_offset(store.index_path, store.index) is not None
+    fps = [ftomb.lineage.artifact("vec", i).fingerprint for i in mine]
+    assert all(scan(store_dir(ftomb), fingerprint_bytes(fp)) for fp in fps)  # control: the bytes are there
+    receipt, _ = ftomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["index_file"] == "zeroed where it lies"
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert store.index_path.stat().st_ino == inode and store.generation >= 3
+    assert store.index_path.read_bytes() == faiss.serialize_index(store.index).tobytes()
+    assert not any(scan(store_dir(ftomb), fingerprint_bytes(fp)) for fp in fps)
+    # control: a file that does not read as the index in memory is never written into
+    earlier = store_dir(ftomb).parent / "earlier.faiss"
+    earlier.write_bytes(store.index_path.read_bytes())
+    theirs = write(ftomb, "carol", 2)
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert flat_codes_offset(earlier, store.index) is None  # another generation: other counts
+    flipped = store_dir(ftomb).parent / "flipped.faiss"
+    data = bytearray(store.index_path.read_bytes())
+    data[flat_codes_offset(store.index_path, store.index) + 1] ^= 0xFF  # a byte of the first vector
+    flipped.write_bytes(bytes(data))
+    assert flat_codes_offset(flipped, store.index) is None
+    import tombstone_adapters.faiss.store as store_module
+
+    with mock.patch.object(store_module, "flat_codes_offset", return_value=None):
+        receipt, _ = ftomb.erase("carol")
+    assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["index_file"] == "written anew"
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert store.index_path.read_bytes() == faiss.serialize_index(store.index).tobytes()
+    assert not set(theirs) & set(store.get())
