@@ -350,13 +350,13 @@ def section(result: dict) -> str:
               " the searches of one; what a batch shares is everything else (one suppression, one reclaim, one"
               " scan of the files, one journal). MMR, which picks among the top-40, is computed only for a query"
               " whose top-40 still holds the artifact, so after a clean erasure it costs nothing.",
-              "", "FAISS is the exception to \"mostly the verify step\" as the store grows: the store commits every"
-              " change as a new generation of its files (the index with every vector, the sidecar with every id,"
-              " document and the exclusion set), so its suppress and its in-place reclaim each write the whole"
-              " store once. The reclaim builds no graph (the rewrite column is what a graph build costs), but at a"
-              " million vectors those two writes are most of the erase (the steps above). Writing the zeros into"
-              " the committed index file and keeping the exclusion set in a file of its own would make both follow"
-              " the subject; that is not built. Chroma's in-place reclaim runs a VACUUM of `chroma.sqlite3` when"
+              "", "FAISS commits every change as a new generation of its files. The index file (every vector)"
+              " is linked into the new generation when only the sidecar changed, and the in-place reclaim writes"
+              " its zeros into the committed index file where the erased vectors lie, so neither the suppression"
+              " nor the reclaim writes the vectors again; both still write the sidecar (every id, document and"
+              " metadata, and the exclusion set) anew, which grows with the store. A sidecar kept in a database"
+              " of its own would make them follow the subject; that is not built. Chroma's in-place reclaim runs a"
+              " VACUUM of `chroma.sqlite3` when"
               " its probe still finds bytes after the row deletes (stale cells in pages still in use); the"
               " `reclaim` column says when it did."]
     return "\n".join(lines)
