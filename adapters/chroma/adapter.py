@@ -28,7 +28,7 @@ from tombstone.verify.neighbourhood import Neighbours
 from tombstone.verify.scanner import check_regular
 
 from . import inplace
-from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection, bump_epoch
+from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection, bump_epoch, fresh_client
 from .hooks import ChromaHooks
 
 REWRITE_SUFFIX = "-tombstone-rewrite"
@@ -162,12 +162,7 @@ class ChromaAdapter(ChromaHooks, Adapter):
         keeps it). Chroma keeps each collection's vector index in the memory of the process that loaded
         it, and does not see records another process added until it writes itself: a probe or a copy of
         the survivors through a stale instance misses them, or fails ("Error finding id")."""
-        from chromadb.api.shared_system_client import SharedSystemClient
-
-        identifier = self.client._identifier
-        SharedSystemClient._identifier_to_system.pop(identifier, None)
-        SharedSystemClient._identifier_to_refcount.pop(identifier, None)
-        self.client = chromadb.PersistentClient(path=str(self.path))
+        self.client = fresh_client(self.path)
 
     # -- the collection, including one left mid-rewrite ---------------------------------------
 

@@ -21,7 +21,6 @@ import os
 import pickle  # noqa: S403 - read through _PlainUnpickler only, which builds nothing but builtins
 import sqlite3
 import struct
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tombstone.faults import kill_point
+from tombstone.fsutil import write_atomic
 
 ID_MAP = "index_metadata.pickle"
 DELETE_MARK = 0x01
@@ -66,17 +66,8 @@ def read_id_map(folder: Path) -> dict[str, Any] | None:
 
 
 def write_id_map(folder: Path, data: Mapping[str, Any]) -> None:
-    """Replace the id map atomically (temp file in the folder, fsync, rename, fsync the folder)."""
-    fd, tmp = tempfile.mkstemp(prefix=".tombstone-", suffix=".pickle", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(dict(data), fh, protocol=3)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, folder / ID_MAP)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace the id map atomically (temp file in the folder, fsync, rename), then fsync the folder."""
+    write_atomic(folder / ID_MAP, pickle.dumps(dict(data), protocol=3))
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -121,10 +112,10 @@ def erase_slots(folder: Path, ids: Iterable[str]) -> dict[str, int]:
         marked_before = (slots[:, flag_col] & DELETE_MARK).astype(bool)
         newly_marked = erased & ~marked_before
         targets = np.flatnonzero(erased | marked_before)
-        nonzero = [int(t) for t in targets if slots[t, vo:vend].any()]
-        if len(newly_marked.nonzero()[0]):
+        nonzero = targets[slots[targets, vo:vend].any(axis=1)] if len(targets) else targets
+        if newly_marked.any():
             slots[newly_marked, flag_col] |= DELETE_MARK
-        for t in nonzero:
+        for t in nonzero.tolist():
             slots[t, vo:vend] = 0
         slots.flush()
     finally:

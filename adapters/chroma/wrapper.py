@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from tombstone.capture.hidden import HiddenIds, keep_positions
 from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, capture_vectors, embed
 from tombstone.lineage.db import LineageDB
+from tombstone.fsutil import write_atomic
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 from ._errors import mapped
@@ -123,16 +123,37 @@ def _edges(sources) -> list[tuple[str, str, str]]:
     return [(s[0], s[1], s[2] if len(s) > 2 else "derived") for s in sources]
 
 
-def store_lock_of(collection: Any, store: str, wait: float = STORE_LOCK_WAIT) -> StoreLock | None:
-    """The lock of the persist directory a collection lives in (``<directory>.tombstone.lock``), the one
-    the adapter's reclaim holds; None for a collection that is not persisted in a local directory."""
+def _persist_directory(collection: Any) -> str | None:
+    """The local directory a collection is persisted in; None for one that is not."""
     try:
         settings = collection._client.get_settings()
     except AttributeError:
         return None
     if not settings.is_persistent or not settings.persist_directory:
         return None
-    return StoreLock(lock_file_for(settings.persist_directory), wait=wait, store=store)
+    return str(settings.persist_directory)
+
+
+def store_lock_of(collection: Any, store: str, wait: float = STORE_LOCK_WAIT) -> StoreLock | None:
+    """The lock of the persist directory a collection lives in (``<directory>.tombstone.lock``), the one
+    the adapter's reclaim holds; None for a collection that is not persisted in a local directory."""
+    directory = _persist_directory(collection)
+    return StoreLock(lock_file_for(directory), wait=wait, store=store) if directory else None
+
+
+def fresh_client(persist_directory: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """A new ``PersistentClient`` on the directory, with its own Chroma instance: the process-wide one
+    for that directory is dropped from chromadb's cache (whoever holds it keeps it), so the collection's
+    vector index is loaded afresh from the files rather than taken from another client's memory."""
+    import chromadb
+    from chromadb.api.shared_system_client import SharedSystemClient
+    from chromadb.config import Settings
+
+    identifier = SharedSystemClient._get_identifier_from_settings(
+        Settings(is_persistent=True, persist_directory=str(persist_directory)))
+    SharedSystemClient._identifier_to_system.pop(identifier, None)
+    SharedSystemClient._identifier_to_refcount.pop(identifier, None)
+    return chromadb.PersistentClient(path=str(persist_directory), **kwargs)
 
 
 EPOCH_SUFFIX = ".tombstone.reclaimed"
@@ -157,28 +178,8 @@ def read_epoch(path: Path | None) -> bytes | None:
 
 
 def bump_epoch(persist_directory: str | os.PathLike[str]) -> None:
-    """Write a new token (temp file, fsync, rename)."""
-    path = epoch_file_for(persist_directory)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(secrets.token_hex(16).encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _persist_directory(collection: Any) -> str | None:
-    try:
-        settings = collection._client.get_settings()
-    except AttributeError:
-        return None
-    if not settings.is_persistent or not settings.persist_directory:
-        return None
-    return str(settings.persist_directory)
+    """Write a new random token (temp file, fsync, rename)."""
+    write_atomic(epoch_file_for(persist_directory), secrets.token_hex(16).encode())
 
 
 class TombstoneCollection:
@@ -233,16 +234,11 @@ class TombstoneCollection:
         epoch = read_epoch(self._epoch_file)
         if epoch == self._epoch:
             return
-        import chromadb
         from chromadb.api.models.Collection import Collection
-        from chromadb.api.shared_system_client import SharedSystemClient
 
         old = self._collection
-        identifier = SharedSystemClient._get_identifier_from_settings(old._client.get_settings())
-        SharedSystemClient._identifier_to_system.pop(identifier, None)
-        SharedSystemClient._identifier_to_refcount.pop(identifier, None)
         with mapped(self.store):
-            client = chromadb.PersistentClient(path=_persist_directory(old), tenant=old.tenant, database=old.database)
+            client = fresh_client(_persist_directory(old), tenant=old.tenant, database=old.database)
             model = client._server.get_collection(name=self.name, tenant=old.tenant, database=old.database)
         self._collection = Collection(client=client._server, model=model,
                                       embedding_function=old._embedding_function, data_loader=old._data_loader)

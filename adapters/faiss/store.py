@@ -433,26 +433,24 @@ class FaissStore:
         known_zero = np.fromiter(self.side.get("zeroed", []), np.int64)
         orphans = set(in_index[~np.isin(in_index, live) & ~np.isin(in_index, known_zero)].tolist()) - labels
         labels |= orphans
-        zeroed = 0
-        on_disk = False
+        slots: list[int] = []
+        offset = None
+        d = storage.d
         if labels:
-            slots = np.flatnonzero(np.isin(in_index, np.fromiter(labels, np.int64)))
-            d = storage.d
+            slots = np.flatnonzero(np.isin(in_index, np.fromiter(labels, np.int64))).tolist()
             # where the committed file keeps the vectors, read before the copy in memory changes
             offset = flat_codes_offset(self.index_path, self.index)
             flat = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * d)  # a view: writes go to the index
-            for slot in slots.tolist():
+            for slot in slots:
                 flat[slot * d : (slot + 1) * d] = 0.0
-            zeroed = len(slots)
-            kill_point("reclaim:faiss:zeroed-in-memory")
-            if offset is not None:
-                # The same zeros written into the committed index file where those vectors lie: the slots are
-                # excluded from every read path already, so a crash midway leaves nothing visible, and the
-                # next attempt writes the same zeros again. The next generation then links this file.
-                on_disk = _zero_slots(self.index_path, offset, slots.tolist(), 4 * d)
-                kill_point("reclaim:faiss:zeroed-on-disk")
-        else:
-            kill_point("reclaim:faiss:zeroed-in-memory")
+        zeroed = len(slots)
+        kill_point("reclaim:faiss:zeroed-in-memory")
+        # The same zeros written into the committed index file where those vectors lie: the slots are
+        # excluded from every read path already, so a crash midway leaves nothing visible, and the next
+        # attempt writes the same zeros again. The next generation then links this file.
+        on_disk = offset is not None and _zero_slots(self.index_path, offset, slots, 4 * d)
+        if on_disk:
+            kill_point("reclaim:faiss:zeroed-on-disk")
         for i in erase_set:
             self.side["labels"].pop(i, None)
             self.side["records"].pop(i, None)
