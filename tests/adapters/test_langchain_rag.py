@@ -79,9 +79,11 @@ def caches(tomb):
     return exact, semantic
 
 
-HNSW_BUFFERS = ("data_level0.bin", "link_lists.bin")
+HNSW_BUFFERS = ("data_level0.bin", "link_lists.bin", "length.bin")
 """hnswlib allocates these buffers without zeroing them and writes them whole: an element's unused link slots
-hold whatever the writing process's memory held there before. In a test that process still holds the erased
+(and, for a segment Chroma has not persisted yet, every slot of ``length.bin``, written again by each client
+that loads the segment — a wrapper reopening after an in-place reclaim is one) hold whatever the writing
+process's memory held there before. In a test that process still holds the erased
 text (it is the test's own constant), so it can surface there whether or not the record was ever stored.
 Tombstone's physical probe looks for ids and vectors, not text."""
 
