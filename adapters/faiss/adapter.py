@@ -141,7 +141,12 @@ class FaissAdapter(FaissHooks, Adapter):
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    for art in artifacts}
-        nearest = nearest_paths_many(list(queries.items()), {"raw": raw, "wrapper": wrapped}, min(TOP_K, total))
+        # Both searches name their results through the sidecar's id map (label -> id), so a search can
+        # return an id only while the map holds it: for an id the map no longer holds, every nearest-neighbour
+        # path is decided by that one lookup, and its probe vectors are not searched. (Chroma and Qdrant name
+        # results from stores of their own, so there every probe vector is searched.)
+        mapped = {aid: q for aid, q in queries.items() if aid in store.side["labels"]}
+        nearest = nearest_paths_many(list(mapped.items()), {"raw": raw, "wrapper": wrapped}, min(TOP_K, total))
         for art in artifacts:
             aid = art.artifact_id
             paths = {
@@ -149,13 +154,17 @@ class FaissAdapter(FaissHooks, Adapter):
                 "wrapper.get(ids)": aid in store.get(ids=[aid]),
                 "wrapper.get()": aid in listed,
             }
-            paths.update(nearest[aid])
+            paths.update(nearest.get(aid, {}))
             returned = sorted(p for p, hit in paths.items() if hit)
+            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])}
+            if aid not in mapped and queries[aid]:
+                evidence["nearest_neighbours"] = ("not searched: the id map names every search result and holds"
+                                                  " no entry for this id, so no search can return it")
             results[aid] = ProbeResult(
                 level=Level.LOGICAL,
                 passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
-                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])},
+                evidence=evidence,
             )
         return results
 

@@ -374,3 +374,46 @@ def test_in_place_erasure_writes_zeros_into_the_committed_file_and_links_it(ftom
     store = FaissStore(store_dir(ftomb), create=False)
     assert store.index_path.read_bytes() == faiss.serialize_index(store.index).tobytes()
     assert not set(theirs) & set(store.get())
+
+
+def test_logical_probe_searches_only_ids_the_map_still_holds_and_agrees_with_a_full_search(ftomb):
+    """Both FAISS searches name their results through the id map, so an id the map no longer holds cannot be
+    returned by any search: its probe vectors are not searched. The verdicts equal those of searching every
+    probe vector; the control: a suppressed (still mapped) artifact is searched, and the raw index returns it."""
+    from tombstone.verify import logical
+
+    mine = write(ftomb, "alice", 6)
+    theirs = write(ftomb, "bob", 30)
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    adapter.suppress(arts)
+    searched: list[int] = []
+    real = logical.nearest_paths_many
+
+    def counting(items, searchers, k, **kw):
+        searched.append(len(items))
+        return real(items, searchers, k, **kw)
+
+    with mock.patch("tombstone_adapters.faiss.adapter.nearest_paths_many", counting):
+        before = adapter.probe_logical(arts)
+    assert searched == [6]  # suppressed, not reclaimed: still mapped, so searched
+    assert all(not r.passed and any(p.startswith("raw.top") for p in r.evidence["returned_by"])
+               for r in before.values())
+    adapter.reclaim(arts)
+    searched.clear()
+    with mock.patch("tombstone_adapters.faiss.adapter.nearest_paths_many", counting):
+        after = adapter.probe_logical(arts + [ftomb.lineage.artifact("vec", theirs[0])])
+    assert searched == [1]  # only the survivor's probe vectors went through the searches
+    assert all(after[a].passed and "not searched" in after[a].evidence["nearest_neighbours"] for a in mine)
+    survivor = after[theirs[0]]
+    assert not survivor.passed and "nearest_neighbours" not in survivor.evidence
+    # the same verdicts from searching every probe vector of the erased artifacts
+    store, dim = adapter.faiss, adapter.faiss.index.d
+    queries = [(a.artifact_id, [(label, logical.fit_dim(v, dim)) for label, v in
+                                logical.probe_set(a.fingerprint, [], dim)]) for a in arts]
+    id_of = store._id_of()
+    full = real(queries, {"raw": lambda v, k: ([[id_of.get(x) for x in row if x >= 0]
+                                                  for row in store.raw_search(v, k)[1].tolist()], []),
+                          "wrapper": lambda v, k: ([[i for i, _ in row] for row in store.search(query_embeddings=v, k=k)],
+                                                   [])}, 10)
+    assert all(not any(paths.values()) for paths in full.values()) and len(full) == 6
