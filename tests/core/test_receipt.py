@@ -189,3 +189,29 @@ def test_the_fast_schema_check_never_accepts_what_jsonschema_rejects(signed, dat
         node[f"extra_{seed}"] = seed
     rejected = next(iter(_validator().iter_errors(changed)), None) is not None
     assert _fast_validator().is_valid(changed) == (not rejected)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20)
+
+
+@given(value=st.dictionaries(st.text(max_size=8), json_values, max_size=6))
+def test_the_receipt_file_reads_back_as_the_receipt(value):
+    """What ``pretty`` writes (orjson, or the standard library for what orjson cannot write exactly) parses back
+    to the same value, indented and with sorted keys, as the standard library's own indented output does."""
+    from tombstone.receipt import pretty
+
+    text = pretty(value)
+    assert json.loads(text) == value == json.loads(json.dumps(value))
+    assert text.endswith(b"\n") and list(json.loads(text)) == sorted(value) or not value
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_the_receipt_file_refuses_what_json_cannot_hold(bad):
+    from tombstone.receipt import pretty
+
+    with pytest.raises(ValueError):
+        pretty({"summary": {"x": [1, bad]}})
