@@ -4,7 +4,8 @@ with ``faiss.read_index`` and plain file reads (nothing is written, no lock file
 - vectors whose label no id of the sidecar maps to any more (what ``remove_ids`` cannot do on HNSW, so an
   app forgets the mapping and the vector stays);
 - vectors of labels the store excludes from search (suppressed, awaiting a reclaim);
-- files of other generations than ``CURRENT`` names (left by a crash between write and clean-up).
+- files of other generations than ``CURRENT`` names (left by a crash between write and clean-up);
+- in the records file, lines of dropped records a crash left unblanked, and bytes past the committed length.
 """
 
 from __future__ import annotations
@@ -20,9 +21,20 @@ import numpy as np
 from tombstone.errors import ConfigError
 from tombstone.scan import ScanPlace, ScanReport
 
+from .store import RECORDS, read_generation
+
 
 def _nonzero(chunk: bytes) -> int:
     return len(chunk) - chunk.count(0)
+
+
+def _unblanked(chunk: bytes) -> int:
+    return len(chunk) - chunk.count(b" ")
+
+
+def _read_at(fh, offset: int, length: int) -> bytes:
+    fh.seek(offset)
+    return fh.read(length)
 
 
 def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanReport:
@@ -32,8 +44,7 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
     try:
         generation = json.loads((root / "CURRENT").read_text())["generation"]
         index_file = root / f"index-{generation:06d}.faiss"
-        sidecar_file = root / f"sidecar-{generation:06d}.json"
-        side = json.loads(sidecar_file.read_text(encoding="utf-8"))
+        side, lines, to_blank = read_generation(root, generation)
         index = faiss.read_index(str(index_file))
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
         raise ConfigError(f"store {store!r}: no readable FAISS store at {root}: {exc}", store=store) from exc
@@ -63,9 +74,23 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
     report.places.append(ScanPlace(
         place=index_file.name, kind="vectors excluded from search (suppressed)", count=hidden[0],
         bytes=hidden[1], ids=sorted(hidden[2]), note="hidden on every query path, still stored until a reclaim"))
-    keep = {index_file.name, sidecar_file.name, "CURRENT"}
+    records = root / RECORDS
+    if side.get("records_length") is not None and records.exists():
+        # lines a generation dropped that a crash left unblanked, and a crashed commit's tail past the
+        # committed length: both still hold the records' ids and texts
+        with open(records, "rb") as fh:
+            unblanked = sum(_unblanked(_read_at(fh, *lines[label])) for label in to_blank)
+            fh.seek(side["records_length"])
+            tail = len(fh.read())
+        report.places.append(ScanPlace(
+            place=RECORDS, kind="dropped records' lines not yet blanked", count=len(to_blank), bytes=unblanked,
+            note="the next write or erasure blanks them"))
+        report.places.append(ScanPlace(
+            place=RECORDS, kind="bytes past the committed length", count=1 if tail else 0, bytes=tail,
+            note="written by a commit that did not finish; the next write cuts them off"))
+    keep = {index_file.name, f"state-{generation:06d}.json", f"sidecar-{generation:06d}.json", RECORDS, "CURRENT"}
     stale = [p for p in sorted(root.iterdir()) if p.is_file() and p.name not in keep
-             and (p.name.startswith(("index-", "sidecar-")))]
+             and (p.name.startswith(("index-", "sidecar-", "state-")))]
     report.places.append(ScanPlace(
         place=root.name, kind="files of other generations", count=len(stale),
         bytes=sum(_nonzero(p.read_bytes()) for p in stale), note=", ".join(p.name for p in stale)))

@@ -1,14 +1,26 @@
-"""A FAISS store: ``IndexHNSWFlat`` inside ``IndexIDMap2``, persisted as an index file plus a sidecar.
+"""A FAISS store: ``IndexHNSWFlat`` inside ``IndexIDMap2``, persisted as an index file, a records file and a
+small state file per generation.
 
 Layout of the store directory::
 
-    CURRENT                 {"generation": N}: the only file rewritten in place (atomically)
+    CURRENT                 {"generation": N}: replaced atomically on every commit
     index-<N>.faiss         faiss.write_index of the IndexIDMap2
-    sidecar-<N>.json        string id → int64 label, next label, excluded labels, zeroed labels (slots an
-                            in-place reclaim zeroed, hidden until ``compact``), documents, metadata
+    state-<N>.json          next label, excluded labels, zeroed labels (slots an in-place reclaim zeroed, hidden
+                            until ``compact``), the records file's committed length, and the labels whose lines
+                            this generation dropped (blanked right after the switch)
+    records.jsonl           one line per record: [id, label, document, metadata]; shared by the generations,
+                            appended to past the committed length, a dropped record's line overwritten with
+                            spaces where it lies
 
-A commit writes generation N+1 in full (temp file, fsync, rename), then switches CURRENT, then
-deletes every other generation. A crash before the switch leaves N intact; after it, N+1.
+A commit appends the new records' lines past the committed length, writes the index of generation N+1 (or,
+when only the state changed, hard-links N's), writes state N+1 (temp file, fsync, rename), then switches
+CURRENT and deletes every other generation; only then are the dropped records' lines blanked. A crash before
+the switch leaves N intact (its records end at its committed length; nothing of it was blanked); after it,
+N+1, whose state names the lines to blank, which the next writer blanks if the crash came first. So an
+exclusion, or an in-place reclaim of one subject, writes what changed, not every record of the store.
+
+A store written as ``sidecar-<N>.json`` (every record in one JSON document) is read as before, and its next
+commit writes it in this layout.
 
 Every change (``add``, and the adapter's ``exclude``, ``drop_mapping`` and ``rebuild``) holds the store's
 lock, ``<directory>.tombstone.lock`` beside the directory (``tombstone.storelock``), and starts by
@@ -38,6 +50,59 @@ from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 BACKEND = "faiss"
 _METRICS = {"l2": faiss.METRIC_L2, "ip": faiss.METRIC_INNER_PRODUCT}
+RECORDS = "records.jsonl"
+_LOAD_TRIES = 3
+
+
+def _record_line(artifact_id: str, label: int, document: Any, metadata: Any) -> bytes:
+    return json.dumps([artifact_id, label, document, metadata or {}], ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], dict[int, tuple[int, int]], list[int]]:
+    """Generation ``generation``'s sidecar as one dict (``labels``: id -> label, ``records``: id -> document and
+    metadata, ``excluded``, ``zeroed``, ``next_label``, ``records_length``), where each live record's line lies
+    in the records file (label -> (offset, length)), and the lines still to blank (labels this generation
+    dropped whose line is not yet spaces). Reads a ``sidecar-<N>.json`` store too (no lines, nothing to blank).
+    Raises OSError or ValueError when the files do not read as a generation."""
+    legacy = root / f"sidecar-{generation:06d}.json"
+    state_path = root / f"state-{generation:06d}.json"
+    if not state_path.exists() and legacy.exists():
+        side = json.loads(legacy.read_text(encoding="utf-8"))
+        side.setdefault("zeroed", [])
+        side["records_length"] = 0
+        return side, {}, []
+    state = json.loads(state_path.read_text(encoding="utf-8"))
+    length = int(state["records_length"])
+    with open(root / RECORDS, "rb") as fh:
+        data = fh.read(length)
+    if len(data) != length or (length and not data.endswith(b"\n")):
+        raise ValueError(f"{RECORDS} is shorter than generation {generation} says")
+    dead = {int(label) for label in state.get("dead", [])}
+    lines = data.split(b"\n")[:-1]
+    live = [line for line in lines if line[:1] == b"["]
+    rows = json.loads(b"[" + b",".join(live) + b"]") if live else []
+    labels: dict[str, int] = {}
+    records: dict[str, dict[str, Any]] = {}
+    where: dict[int, tuple[int, int]] = {}
+    to_blank: list[int] = []
+    offset, row = 0, 0
+    for line in lines:
+        if line[:1] == b"[":
+            artifact_id, label, document, metadata = rows[row]
+            row += 1
+            if label in dead:
+                to_blank.append(label)
+                where[label] = (offset, len(line))
+            else:
+                labels[artifact_id] = label
+                records[artifact_id] = {"document": document, "metadata": metadata}
+                where[label] = (offset, len(line))
+        elif line.strip(b" "):
+            raise ValueError(f"{RECORDS} holds a line that is neither a record nor blanked, at byte {offset}")
+        offset += len(line) + 1
+    side = {"next_label": state["next_label"], "excluded": state.get("excluded", []),
+            "zeroed": state.get("zeroed", []), "labels": labels, "records": records, "records_length": length}
+    return side, where, to_blank
 
 
 
@@ -126,6 +191,14 @@ class FaissStore:
         self.hidden = HiddenIds(lineage, store) if lineage is not None else None
         """Ids suppressed in the lineage db and not yet reclaimed: hidden like excluded labels."""
         self._views: tuple[set[int], dict[int, str]] | None = None
+        self._lines: dict[int, tuple[int, int]] = {}
+        """label -> (offset, length) of its line in the records file, for every line not yet blanked."""
+        self._new: list[str] = []
+        """Ids added since the last commit (their lines are appended by the next one)."""
+        self._dead: set[int] = set()
+        """Labels dropped since the last commit, plus any the committed generation still names to blank."""
+        self._rewrite_records = False
+        """Loaded from a ``sidecar-<N>.json`` store: the next commit writes every record to the records file."""
         if create:
             self.dir.parent.mkdir(parents=True, exist_ok=True)
         self.lock = StoreLock(lock_file_for(self.dir), wait=lock_wait, store=store)
@@ -143,7 +216,9 @@ class FaissStore:
             self.dir.mkdir(parents=True, exist_ok=True)
             self.index = self._new_index(dim, m, ef_construction, ef_search, _METRICS[metric])
             self.generation = 0
-            self.side: dict[str, Any] = {"next_label": 0, "labels": {}, "excluded": [], "records": {}}
+            self.side: dict[str, Any] = {"next_label": 0, "labels": {}, "excluded": [], "zeroed": [],
+                                         "records": {}, "records_length": 0}
+            self._rewrite_records = True
             self.commit()
         else:
             raise StoreUnavailableError(f"no FAISS store at {self.dir}", store=self.store, retryable=False)
@@ -161,13 +236,24 @@ class FaissStore:
         """Read CURRENT and that generation's index and sidecar; the store takes them only once all three
         were read. A failed load leaves it as it was: never a new generation number over the old index
         and sidecar, since the next commit would then write a generation without the writes it missed."""
-        try:
-            generation = json.loads((self.dir / "CURRENT").read_text())["generation"]
-            index = faiss.read_index(str(self._index_file(generation)))
-            side = json.loads(self._sidecar_file(generation).read_text(encoding="utf-8"))
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
-            raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
+        for attempt in range(_LOAD_TRIES):
+            try:
+                generation = json.loads((self.dir / "CURRENT").read_text())["generation"]
+                index = faiss.read_index(str(self._index_file(generation)))
+                side, lines, to_blank = read_generation(self.dir, generation)
+                break
+            except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+                # a writer may have switched generations (and blanked lines) while this one was being read
+                try:
+                    moved = json.loads((self.dir / "CURRENT").read_text())["generation"] != generation
+                except (OSError, ValueError, KeyError, TypeError, UnboundLocalError):
+                    moved = False
+                if moved and attempt + 1 < _LOAD_TRIES:
+                    continue
+                raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
         self.generation, self.index, self.side = generation, index, side
+        self._lines, self._new, self._dead = lines, [], set(to_blank)
+        self._rewrite_records = not (self.dir / self._state_file(generation).name).exists()
         self._views = None
 
     def refresh(self) -> None:
@@ -190,43 +276,119 @@ class FaissStore:
     def _index_file(self, generation: int) -> Path:
         return self.dir / f"index-{generation:06d}.faiss"
 
-    def _sidecar_file(self, generation: int) -> Path:
-        return self.dir / f"sidecar-{generation:06d}.json"
+    def _state_file(self, generation: int) -> Path:
+        return self.dir / f"state-{generation:06d}.json"
 
     @property
     def index_path(self) -> Path:
         return self._index_file(self.generation)
 
     @property
-    def sidecar_path(self) -> Path:
-        return self._sidecar_file(self.generation)
+    def state_path(self) -> Path:
+        return self._state_file(self.generation)
+
+    @property
+    def records_path(self) -> Path:
+        return self.dir / RECORDS
+
+    def _put(self, artifact_id: str, label: int, document: Any, metadata: Any) -> None:
+        self.side["labels"][artifact_id] = label
+        self.side["records"][artifact_id] = {"document": document, "metadata": metadata or {}}
+        self._new.append(artifact_id)
+
+    def _drop(self, artifact_id: str) -> bool:
+        """Forget a record: its line is blanked by the next commit, once that commit is the current one."""
+        label = self.side["labels"].pop(artifact_id, None)
+        self.side["records"].pop(artifact_id, None)
+        if label is None:
+            return False
+        self._dead.add(label)
+        return True
 
     @property
     def hnsw(self) -> Any:
         return faiss.downcast_index(self.index.index)
 
     def commit(self, index_changed: bool = True) -> None:
-        """Persist the index and sidecar as a new generation, atomically, and drop the old ones. When only the
-        sidecar changed (``index_changed=False``: an exclusion, a dropped mapping, or zeros already written
+        """Persist a new generation, atomically, and drop the old ones (see the module's docstring). When only
+        the state changed (``index_changed=False``: an exclusion, a dropped mapping, or zeros already written
         into the committed index file), the new generation's index is a hard link to the current one, not a
-        copy of every vector."""
+        copy of every vector; the records file is appended to (new records) and blanked (dropped ones) where
+        the lines lie, never written anew (except once, for a store read from a ``sidecar-<N>.json``)."""
         previous = self.index_path
         self.generation += 1
+        dead = sorted(self._dead)
         try:
+            length, appended = self._append_records()
             if index_changed or not _link(previous, self.index_path):
                 _write_atomic(self.index_path, faiss.serialize_index(self.index).tobytes())
-            _write_atomic(self.sidecar_path, json.dumps(self.side, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+            state = {"next_label": self.side["next_label"], "excluded": self.side["excluded"],
+                     "zeroed": self.side.get("zeroed", []), "records_length": length, "dead": dead}
+            _write_atomic(self.state_path, json.dumps(state, sort_keys=True).encode("utf-8"))
             kill_point("faiss:commit:before-switch")
             _write_atomic(self.dir / "CURRENT", json.dumps({"generation": self.generation}).encode())
         except OSError as exc:
             raise StoreUnavailableError(f"cannot write FAISS store {self.dir}: {exc.strerror or exc}",
                                         store=self.store) from exc
+        self.side["records_length"] = length
+        self._lines.update(appended)
+        self._new, self._rewrite_records = [], False
         self._views = None
         self._current_stamp = None
-        keep = {self.index_path.name, self.sidecar_path.name, "CURRENT"}
+        keep = {self.index_path.name, self.state_path.name, RECORDS, "CURRENT"}
         for path in self.dir.iterdir():
             if path.is_file() and path.name not in keep:
                 path.unlink()
+        self._blank(dead)
+
+    def _append_records(self) -> tuple[int, dict[int, tuple[int, int]]]:
+        """Cut the records file back to the committed length (a crashed commit's tail), append the new records'
+        lines (every record's, for a store read from a ``sidecar-<N>.json``), fsync; the new length and where
+        the appended lines lie."""
+        committed = 0 if self._rewrite_records else int(self.side.get("records_length", 0))
+        new = list(self.side["labels"]) if self._rewrite_records else [i for i in self._new if i in self.side["labels"]]
+        lines = [_record_line(i, self.side["labels"][i], self.side["records"][i]["document"],
+                              self.side["records"][i]["metadata"]) for i in new]
+        fd = os.open(self.records_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size != committed:
+                os.ftruncate(fd, committed)
+            appended, offset = {}, committed
+            if lines:
+                os.pwrite(fd, b"".join(lines), committed)
+                for i, line in zip(new, lines):
+                    appended[self.side["labels"][i]] = (offset, len(line) - 1)
+                    offset += len(line)
+            if lines or size != committed:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if self._rewrite_records:
+            self._lines = {}
+        return offset, appended
+
+    def _blank(self, labels: list[int]) -> None:
+        """Overwrite the dropped records' lines with spaces where they lie, then fsync. Called once the
+        generation that dropped them is the current one; one it cannot finish stays named in that generation's
+        state, and the next writer (or the next erasure) finishes it."""
+        places = [self._lines[label] for label in labels if label in self._lines]
+        if places:
+            try:
+                fd = os.open(self.records_path, os.O_WRONLY)
+            except OSError:
+                return
+            try:
+                for offset, length in places:
+                    os.pwrite(fd, b" " * length, offset)
+                os.fsync(fd)
+            except OSError:
+                return
+            finally:
+                os.close(fd)
+        for label in labels:
+            self._lines.pop(label, None)
+        self._dead -= set(labels)
 
     def files(self) -> list[Path]:
         return sorted(p for p in self.dir.iterdir() if p.is_file())
@@ -256,8 +418,7 @@ class FaissStore:
         docs = list(documents) if documents is not None else [None] * len(ids)
         metas = list(metadatas) if metadatas is not None else [None] * len(ids)
         for i, label, doc, meta in zip(ids, labels.tolist(), docs, metas):
-            self.side["labels"][i] = label
-            self.side["records"][i] = {"document": doc, "metadata": meta or {}}
+            self._put(i, label, doc, meta)
         self.side["next_label"] = start + len(ids)
         # An id an erasure has suppressed and not yet finished with (written again after the reclaim
         # removed it) is written excluded: it stays hidden until the erasure is over.
@@ -404,9 +565,7 @@ class FaissStore:
         self.refresh()
         dropped = 0
         for i in ids:
-            if self.side["labels"].pop(i, None) is not None:
-                self.side["records"].pop(i, None)
-                dropped += 1
+            dropped += self._drop(i)
         if dropped:
             self.commit(index_changed=False)
         return dropped
@@ -421,6 +580,7 @@ class FaissStore:
 
     def _zero_in_place(self, erase: Sequence[str]) -> dict[str, Any]:
         self.refresh()
+        self._blank(sorted(self._dead))  # lines the current generation dropped and a crash left unblanked
         erase_set = {i for i in erase if i in self.side["labels"]}
         labels = {self.side["labels"][i] for i in erase_set}
         storage = faiss.downcast_index(self.hnsw.storage)
@@ -429,9 +589,9 @@ class FaissStore:
         # Vectors whose id the app already dropped (remove_ids cannot, on HNSW) are zeroed with them: no id
         # names them, so no erasure could ever ask for them by name.
         in_index = faiss.vector_to_array(self.index.id_map)
-        live = np.fromiter((label for i, label in self.side["labels"].items() if i not in erase_set), np.int64)
+        mapped = np.fromiter(self.side["labels"].values(), np.int64, len(self.side["labels"]))
         known_zero = np.fromiter(self.side.get("zeroed", []), np.int64)
-        orphans = set(in_index[~np.isin(in_index, live) & ~np.isin(in_index, known_zero)].tolist()) - labels
+        orphans = set(in_index[~np.isin(in_index, mapped) & ~np.isin(in_index, known_zero)].tolist()) - labels
         labels |= orphans
         slots: list[int] = []
         offset = None
@@ -452,8 +612,7 @@ class FaissStore:
         if on_disk:
             kill_point("reclaim:faiss:zeroed-on-disk")
         for i in erase_set:
-            self.side["labels"].pop(i, None)
-            self.side["records"].pop(i, None)
+            self._drop(i)
         self.side["zeroed"] = sorted(set(self.side.get("zeroed", [])) | labels)
         self.side["excluded"] = sorted(self._excluded() - labels)
         if labels:
@@ -492,8 +651,7 @@ class FaissStore:
         kill_point("reclaim:faiss:rebuilt-in-memory")
         self.index = fresh
         for i in erase_set:
-            self.side["labels"].pop(i, None)
-            self.side["records"].pop(i, None)
+            self._drop(i)
         # Labels no id maps to any more (the app dropped the mapping) are not survivors either.
         self.side["excluded"] = sorted(self._excluded() - erased_labels & set(self.side["labels"].values()))
         self.side["zeroed"] = []  # a rebuild keeps live records only

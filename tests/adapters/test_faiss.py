@@ -154,7 +154,7 @@ def test_rebuild_keeps_survivors_and_search_results(ftomb):
         order = np.argsort(((vecs - q) ** 2).sum(1))[:5]
         assert [a for a, _ in hits] == [theirs[i] for i in order]
     assert receipt["summary"]["VERIFIED"] == 5
-    assert len(list(store_dir(ftomb).iterdir())) == 3, "old generations must be deleted"
+    assert len(list(store_dir(ftomb).iterdir())) == 4, "old generations must be deleted"
 
 
 @pytest.mark.parametrize("mode", ["rewrite", "in-place"])
@@ -417,3 +417,100 @@ def test_logical_probe_searches_only_ids_the_map_still_holds_and_agrees_with_a_f
                           "wrapper": lambda v, k: ([[i for i, _ in row] for row in store.search(query_embeddings=v, k=k)],
                                                    [])}, 10)
     assert all(not any(paths.values()) for paths in full.values()) and len(full) == 6
+
+
+def test_suppress_and_in_place_reclaim_write_what_changed_not_every_record(ftomb):
+    """The records file is appended to and blanked where its lines lie: a suppression leaves it byte for byte
+    as it was (only a small state file is written); the in-place reclaim overwrites the erased records' lines
+    with spaces and nothing else. Control: before the reclaim a plain byte scan finds their texts there."""
+    mine = write(ftomb, "alice", 3)
+    theirs = write(ftomb, "bob", 20)
+    records = store_dir(ftomb) / "records.jsonl"
+    before = records.read_bytes()
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    adapter.suppress(arts)
+    assert records.read_bytes() == before
+    state = FaissStore(store_dir(ftomb), create=False).state_path
+    assert state.stat().st_size < 300
+    texts = [FaissStore(store_dir(ftomb), create=False).side["records"][i]["document"].encode() for i in mine]
+    assert all(t in before for t in texts) and all(i.encode() in before for i in mine)  # control
+    adapter.reclaim(arts)
+    after = records.read_bytes()
+    assert len(after) == len(before)
+    changed = [k for k in range(len(before)) if before[k] != after[k]]
+    assert changed and all(after[k] == 0x20 for k in changed)  # only spaces written
+    assert not any(t in after for t in texts) and not any(i.encode() in after for i in mine)
+    assert set(FaissStore(store_dir(ftomb), create=False).get()) == set(theirs)
+
+
+def test_a_crash_after_the_switch_leaves_lines_to_blank_which_scan_names_and_the_next_erasure_blanks(ftomb, monkeypatch):
+    """The generation that dropped the records names their lines; a process that dies before blanking them
+    leaves them readable in the file (no id maps to them: hidden everywhere). `tombstone scan` names them;
+    the physical probe finds them (RESIDUAL, never VERIFIED by omission); the next reclaim blanks them."""
+    from tombstone_adapters.faiss.store import FaissStore as Store
+
+    mine = write(ftomb, "alice", 2)
+    write(ftomb, "bob", 10)
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    adapter.suppress(arts)
+    monkeypatch.setattr(Store, "_blank", lambda self, labels: None)  # dies right after the switch
+    adapter.reclaim(arts)
+    monkeypatch.undo()
+    records = (store_dir(ftomb) / "records.jsonl").read_bytes()
+    assert all(i.encode() in records for i in mine)
+    fresh = FaissStore(store_dir(ftomb), create=False)
+    assert not set(mine) & set(fresh.get()) and len(fresh.get()) == 10
+    report = FaissAdapter.scan_deleted("vec", ftomb.config.stores["vec"].options)
+    place = next(p for p in report.places if p.kind.startswith("dropped records"))
+    assert place.count == 2 and place.bytes > 0 and report.recoverable
+    probe = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    assert not any(r.passed for r in probe.probe_physical(arts).values())
+    probe.reclaim(arts)
+    assert all(r.passed for r in probe.probe_physical(arts).values())
+    assert not any(i.encode() in (store_dir(ftomb) / "records.jsonl").read_bytes() for i in mine)
+
+
+def test_a_commit_killed_before_the_switch_leaves_a_tail_the_next_write_cuts_off(ftomb, monkeypatch):
+    write(ftomb, "bob", 5)
+    import tombstone_adapters.faiss.store as store_module
+
+    real = store_module._write_atomic
+
+    def dies_on_current(path, data):
+        if path.name == "CURRENT":
+            raise KeyboardInterrupt
+        real(path, data)
+
+    monkeypatch.setattr(store_module, "_write_atomic", dies_on_current)
+    with pytest.raises(KeyboardInterrupt):
+        write(ftomb, "carol", 2, texts=["carol's unfinished write"] * 2)
+    monkeypatch.undo()
+    records = store_dir(ftomb) / "records.jsonl"
+    assert b"carol's unfinished write" in records.read_bytes()  # past the committed length
+    assert len(FaissStore(store_dir(ftomb), create=False).get()) == 5
+    report = FaissAdapter.scan_deleted("vec", ftomb.config.stores["vec"].options)
+    assert next(p for p in report.places if p.kind == "bytes past the committed length").bytes > 0
+    write(ftomb, "dave", 1, start=50)
+    assert b"carol's unfinished write" not in records.read_bytes()
+    assert len(FaissStore(store_dir(ftomb), create=False).get()) == 6
+
+
+def test_a_store_with_a_json_sidecar_is_read_and_written_in_the_records_layout(ftomb):
+    """A store persisted as ``sidecar-<N>.json`` (every record in one document) opens as it was; its next
+    commit writes the records file and state, and the sidecar goes."""
+    import json as _json
+
+    ids = write(ftomb, "bob", 6)
+    store = FaissStore(store_dir(ftomb), create=False)
+    legacy = {k: store.side[k] for k in ("next_label", "labels", "excluded", "records", "zeroed")}
+    (store_dir(ftomb) / f"sidecar-{store.generation:06d}.json").write_text(_json.dumps(legacy))
+    store.state_path.unlink()
+    (store_dir(ftomb) / "records.jsonl").unlink()
+    old = FaissStore(store_dir(ftomb), create=False)
+    assert set(old.get()) == set(ids)
+    more = write(ftomb, "carol", 2, start=10)
+    files = sorted(p.name for p in store_dir(ftomb).iterdir())
+    assert not [f for f in files if f.startswith("sidecar-")] and "records.jsonl" in files
+    assert set(FaissStore(store_dir(ftomb), create=False).get()) == set(ids) | set(more)
