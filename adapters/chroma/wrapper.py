@@ -343,7 +343,16 @@ class TombstoneCollection:
             query_embeddings = embed(self.embedder, list(query_texts))
         include = list(include) if include is not None else list(_QUERY_INCLUDE)
         hidden = self._hidden_now()
-        if hidden is None:  # no lineage db: the in-store flag is all there is
+        if hidden is None and not where:
+            # No lineage db: the in-store flag is all there is. Rather than a metadata filter, which Chroma
+            # evaluates for every query of the call, the flagged ids are listed once and over-fetched past;
+            # the results are still filtered on the flag they carry (a record flagged meanwhile stays hidden).
+            flagged = frozenset(self._call("get", where={SUPPRESSED: True}, include=[])["ids"])
+            result = self._call("query", query_embeddings=query_embeddings, n_results=n_results + len(flagged),
+                                where_document=where_document, include=sorted(set(include) | {"metadatas"}),
+                                **kwargs)
+            return _filter_nested(_drop_nested(result, flagged, n_results), "metadatas" not in include)
+        if hidden is None:  # no lineage db, and the caller's filter: the flag joins it
             result = self._call("query", query_embeddings=query_embeddings, n_results=n_results,
                                 where=merge_where(where), where_document=where_document,
                                 include=sorted(set(include) | {"metadatas"}), **kwargs)

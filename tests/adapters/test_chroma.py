@@ -468,3 +468,33 @@ def test_a_client_opened_before_the_erasure_does_not_write_the_vectors_back(ctom
     raw.add(ids=[f"raw-{i:03d}" for i in range(60)], embeddings=HashingEmbedder(DIM)([f"raw {i}" for i in range(60)]))
     assert any(scan(store_dir(ctomb), p) for p in norm), "control: a stale raw client wrote nothing back?"
     assert not all(r.passed for r in ctomb.adapter("vectors").probe_physical(arts).values())
+
+
+def test_a_wrapper_without_lineage_hides_flagged_records_and_still_gives_k(ctomb):
+    """With no lineage db the in-store flag is all a wrapper has. Its query lists the flagged ids once and
+    over-fetches past them (no metadata filter per query): the flagged records never come back, k survivors
+    do, and a record flagged after the listing is still dropped by the flag it carries. Control: the raw
+    collection returns the flagged records for the same query."""
+    mine = write(ctomb, "alice", 4, texts=[text("shared topic", 20)] * 4)
+    theirs = write(ctomb, "bob", 12)
+    ctomb.adapter("vectors").suppress([ctomb.lineage.artifact("vectors", i) for i in mine])
+    raw = chromadb.PersistentClient(path=str(store_dir(ctomb))).get_collection("docs")
+    view = TombstoneCollection(raw, lineage=None, store="vectors")
+    q = HashingEmbedder(DIM)([text("shared topic", 20)])
+    assert set(mine) <= set(raw.query(query_embeddings=q, n_results=6)["ids"][0])  # control
+    got = view.query(query_embeddings=q, n_results=6, include=["documents"])
+    assert len(got["ids"][0]) == 6 and not set(got["ids"][0]) & set(mine) and set(got["ids"][0]) <= set(theirs)
+    assert "metadatas" not in got or got["metadatas"] is None
+    # a record flagged after the listing: the results still carry the flag, which drops it
+    listing = view._call
+    late = theirs[0]
+
+    def flag_late(method, **kwargs):
+        result = listing(method, **kwargs)
+        if method == "get" and kwargs.get("where") == {SUPPRESSED: True}:
+            raw.update(ids=[late], metadatas=[{"n": 0, SUPPRESSED: True}])
+        return result
+
+    with mock.patch.object(view, "_call", side_effect=flag_late):
+        hits = view.query(query_embeddings=HashingEmbedder(DIM)([text("bob-0")]), n_results=5)["ids"][0]
+    assert late not in hits and len(hits) >= 4

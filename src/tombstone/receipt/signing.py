@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,11 +45,12 @@ def receipt_schema() -> dict[str, Any]:
 def sign(body: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
     """Return the receipt: ``body`` plus its SHA-256 hash and an Ed25519 signature over the same bytes."""
     receipt = dict(body)
-    receipt["receipt_hash"] = body_hash(receipt)
+    covered = signed_body(receipt)  # the same bytes for the hash and the signature: written once
+    receipt["receipt_hash"] = "sha256:" + hashlib.sha256(covered).hexdigest()
     receipt["signature"] = {
         "algorithm": "ed25519",
         "key_id": key_id(key.public_key()),
-        "value": b64(key.sign(signed_body(receipt))),
+        "value": b64(key.sign(covered)),
     }
     validate_schema(receipt)
     return receipt
