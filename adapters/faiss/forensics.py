@@ -79,7 +79,7 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
         # lines a generation dropped that a crash left unblanked, and a crashed commit's tail past the
         # committed length: both still hold the records' ids and texts
         with open(records, "rb") as fh:
-            unblanked = sum(_unblanked(_read_at(fh, *lines[label])) for label in to_blank)
+            unblanked = sum(_unblanked(_read_at(fh, *place)) for place in lines.places(to_blank))
             fh.seek(side["records_length"])
             tail = len(fh.read())
         report.places.append(ScanPlace(

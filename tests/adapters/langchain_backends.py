@@ -89,3 +89,18 @@ def release(backend: str) -> None:
     import chromadb
 
     chromadb.api.client.SharedSystemClient.clear_system_cache()
+
+
+HNSW_BUFFERS = ("data_level0.bin", "link_lists.bin", "length.bin")
+"""hnswlib allocates these buffers without zeroing them and writes them whole: an element's unused link slots
+(and, for a segment Chroma has not persisted yet, every slot of ``length.bin``, written again by each client
+that loads the segment — a wrapper reopening after an in-place reclaim is one) hold whatever the writing
+process's memory held there before. In a test that process still holds the erased
+text (it is the test's own constant), so it can surface there whether or not the record was ever stored.
+Tombstone's physical probe looks for ids and vectors, not text."""
+
+
+def files_holding(directory: Path, needle: bytes) -> list[str]:
+    """An independent byte scan of a store's files (no Tombstone code), HNSW buffers aside."""
+    return sorted(str(p) for p in directory.rglob("*")
+                  if p.is_file() and p.name not in HNSW_BUFFERS and needle in p.read_bytes())

@@ -14,7 +14,7 @@ from tombstone.keys import load_private_key
 from tombstone.receipt import SOURCE_RECEIPT_KIND, verify
 from tombstone_adapters.langchain import TombstoneRecordManager, TombstoneVectorStore
 
-from langchain_backends import BACKENDS, Services, deployment
+from langchain_backends import BACKENDS, Services, deployment, files_holding
 
 OLD = "Alice Marchetti lives at 12 Elm Street and prefers morning deliveries to the side door"
 NEW = "Alice Marchetti moved to 99 Oak Avenue and prefers evening deliveries to the front desk"
@@ -31,19 +31,6 @@ def services(tmp_path_factory):
     shared = Services(tmp_path_factory.mktemp("services"))
     yield shared
     shared.close()
-
-
-HNSW_BUFFERS = ("data_level0.bin", "link_lists.bin")
-"""hnswlib allocates these buffers without zeroing them and writes them whole: an element's unused link slots
-hold whatever the writing process's memory held there before. In a test that process still holds the erased
-text (it is the test's own constant), so it can surface there whether or not the record was ever stored.
-Tombstone's physical probe looks for ids and vectors, not text."""
-
-
-def files_holding(directory: Path, needle: bytes) -> list[str]:
-    """An independent byte scan of a store's files (no Tombstone code), HNSW buffers aside."""
-    return sorted(str(p) for p in directory.rglob("*")
-                  if p.is_file() and p.name not in HNSW_BUFFERS and needle in p.read_bytes())
 
 
 @pytest.mark.slow

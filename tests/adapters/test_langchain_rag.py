@@ -20,7 +20,7 @@ from tombstone.receipt import RECEIPT_KIND, verify
 from tombstone_adapters.caches import TombstoneSemanticCache, TombstoneSQLiteCache, attribution
 from tombstone_adapters.langchain import TombstoneVectorStore
 
-from langchain_backends import BACKENDS, DIM, Services, deployment
+from langchain_backends import BACKENDS, DIM, Services, deployment, files_holding
 
 ALICE = "Alice Marchetti asked on Tuesday why order 88213 was refunded to the card ending 4471"
 BOB = "Bob Okafor moved his delivery for parcel 55120 to the Friday morning slot"
@@ -77,21 +77,6 @@ def caches(tomb):
         options["collection"], metadata={"hnsw:space": "cosine"}, embedding_function=None)
     semantic = TombstoneSemanticCache(collection, lineage=tomb.lineage, store="semantic", embedder=HashingEmbedder(DIM))
     return exact, semantic
-
-
-HNSW_BUFFERS = ("data_level0.bin", "link_lists.bin", "length.bin")
-"""hnswlib allocates these buffers without zeroing them and writes them whole: an element's unused link slots
-(and, for a segment Chroma has not persisted yet, every slot of ``length.bin``, written again by each client
-that loads the segment — a wrapper reopening after an in-place reclaim is one) hold whatever the writing
-process's memory held there before. In a test that process still holds the erased
-text (it is the test's own constant), so it can surface there whether or not the record was ever stored.
-Tombstone's physical probe looks for ids and vectors, not text."""
-
-
-def files_holding(directory: Path, needle: bytes) -> list[str]:
-    """An independent byte scan of a store's files (no Tombstone code), HNSW buffers aside."""
-    return sorted(str(p) for p in directory.rglob("*")
-                  if p.is_file() and p.name not in HNSW_BUFFERS and needle in p.read_bytes())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
