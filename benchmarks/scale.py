@@ -348,22 +348,26 @@ def section(result: dict) -> str:
     lines += ["", f"One subject's erase grew: {'; '.join(growth)}.",
               "", f"The saga's steps at each backend's largest size: {'; '.join(steps)}.",
               "", "Where the time goes: every reclaim here works in place, so one subject's erase is mostly the"
-              " verify step: the logical probe queries each artifact's probe vectors (the fingerprint and three"
-              " fragments) through the raw and the wrapped search, top-40 each, and the physical probe reads the"
-              " store's files once. The searches grow with the artifacts erased and with the cost of one query"
-              " (Qdrant local mode searches by brute force), so a batch costs about its number of subjects times"
-              " the searches of one; what a batch shares is everything else (one suppression, one reclaim, one"
-              " scan of the files, one journal). MMR, which picks among the top-40, is computed only for a query"
-              " whose top-40 still holds the artifact, so after a clean erasure it costs nothing.",
-              "", "FAISS commits every change as a new generation of its files. The index file (every vector)"
-              " is linked into the new generation when only the sidecar changed, and the in-place reclaim writes"
-              " its zeros into the committed index file where the erased vectors lie, so neither the suppression"
-              " nor the reclaim writes the vectors again; both still write the sidecar (every id, document and"
-              " metadata, and the exclusion set) anew, which grows with the store. A sidecar kept in a database"
-              " of its own would make them follow the subject; that is not built. Chroma's in-place reclaim runs a"
-              " VACUUM of `chroma.sqlite3` when"
-              " its probe still finds bytes after the row deletes (stale cells in pages still in use); the"
-              " `reclaim` column says when it did."]
+              " verify step and opening the store. The logical probe queries each artifact's probe vectors (the"
+              " fingerprint and three fragments) through the raw and the wrapped search, top-40 each (FAISS names"
+              " its results through its id map, so an id the map no longer holds needs no search), and the"
+              " physical probe reads the store's files once. MMR, which picks among the top-40, is computed only"
+              " for a query whose top-40 still holds the artifact, so after a clean erasure it costs nothing.",
+              "", "FAISS: neither the suppression nor the in-place reclaim writes the store anew. The suppression"
+              " writes a small state file (the exclusion set) and links the index into the new generation; the"
+              " reclaim writes zeros over the erased vectors in the committed index file and spaces over the"
+              " erased records' lines in the records file, where they lie. What still grows with the store in one"
+              " subject's erase is opening it (reading the index, every vector and the graph, and parsing every"
+              " record's line: once per process, so the batch, run by the same process, does not pay it again) and"
+              " the physical probe's read of the files.",
+              "", "Batches: a batch shares one suppression, one reclaim and one read of the files; each subject"
+              " still has its own saga, journal and signed receipt in the chain, some tens of milliseconds each,"
+              " which is most of a batch's cost where one subject's erase is cheap (small stores) and little of it"
+              " where opening the store dominates. Chroma and Qdrant still search every artifact's probe vectors"
+              " (their results are not named through a map Tombstone keeps), so there a batch grows with its"
+              " artifacts. Chroma's in-place reclaim runs a VACUUM of `chroma.sqlite3` when its probe still finds"
+              " bytes after the row deletes (stale cells in pages still in use); the `reclaim` column says when"
+              " it did."]
     return "\n".join(lines)
 
 
