@@ -157,6 +157,14 @@ def case(backend: str, size: int, tmp: Path) -> dict:
     start = time.perf_counter()
     config, refs, store_add = _build(backend, tmp / "deploy", size)
     out: dict = {"backend": backend, "size": size, "load": time.perf_counter() - start}
+    # opening the store as an erasure does (the adapter, in a Tombstone of its own): part of what one
+    # subject's erase costs in a fresh process, measured apart once the files are in the page cache
+    with Tombstone(config) as tomb:
+        tomb.adapter(backend)
+    with Tombstone(config) as tomb:
+        t = time.perf_counter()
+        tomb.adapter(backend)
+        out["open"] = time.perf_counter() - t
     with Tombstone(config) as tomb:
         t = time.perf_counter()
         receipt, _ = tomb.erase(refs[0])
@@ -181,7 +189,9 @@ def case(backend: str, size: int, tmp: Path) -> dict:
                     tomb.adapter(backend).compact()
             out["rewrite"] = time.perf_counter() - t
         t = time.perf_counter()
-        batch = tomb.erase_many(refs[1 : 1 + min(BATCH, len(refs) - 2)])  # the last subject is kept for the scan
+        # at most a tenth of the store's subjects (a batch that erases most of a store measures the graph
+        # searches of an index made mostly of deleted slots, not a batch); the last subject is kept for the scan
+        batch = tomb.erase_many(refs[1 : 1 + min(BATCH, len(refs) // 10)])
         out["batch"] = time.perf_counter() - t
         out["batch_subjects"] = len(batch)
         assert all(r["summary"].get("VERIFIED") == CHUNKS for r, _ in batch)
@@ -295,8 +305,8 @@ def section(result: dict) -> str:
         "",
         f"Stores of dim-384 unit vectors in subjects of {result['chunks']} chunks, lineage recorded for every chunk;"
         f" one subject erased end to end (`Tombstone.erase`: snapshot, suppress, reclaim, logical and physical"
-        f" probes, signed receipt), then a batch of up to {result['batch']} subjects (`erase_many`; a 10,000-vector"
-        " store has 100 subjects, one erased first and one kept for the scan). *Rewrite*: what the reclaim"
+        f" probes, signed receipt), then a batch of {result['batch']} subjects (`erase_many`), or a tenth of the"
+        " store's subjects where that is fewer (a 10,000-vector store has 100). *Rewrite*: what the reclaim"
         " did before it worked in place (FAISS: the graph rebuilt from the live vectors, what `tombstone compact`"
         " does; Chroma: the collection rewritten into new segments, its `tombstone compact`; Qdrant: the collection"
         " rewritten and VACUUMed). *Bulk load*: the"
@@ -305,14 +315,17 @@ def section(result: dict) -> str:
         " median of 5; `tombstone scan`: the read-only forensic scan of the whole store, once. Peak memory: the case's own process. Each case is one run on two shared cores; the plot is"
         " `scale.png`.",
         "",
-        "| backend | vectors | reclaim | one subject's erase | of which reclaim | batch: subjects, time (x one"
-        " subject) | rewrite | bulk load | store MiB | scan vs read | `tombstone scan` | peak memory |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| backend | vectors | reclaim | one subject's erase | of which opening the store | of which reclaim |"
+        " batch: subjects, time (x one subject) | rewrite | bulk load | store MiB | scan vs read |"
+        " `tombstone scan` | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (backend, size), c in cases.items():
         rewrite = f"{c['rewrite']:.1f} s" if c.get("rewrite") is not None else "not run"
+        opened = f"{c['open']:.2f} s" if c.get("open") is not None else "not measured"
         lines.append(
-            f"| {backend} | {size:,} | {c['mechanism']} | {c['erase']:.2f} s | {c['steps'].get('reclaim', 0):.2f} s |"
+            f"| {backend} | {size:,} | {c['mechanism']} | {c['erase']:.2f} s | {opened} |"
+            f" {c['steps'].get('reclaim', 0):.2f} s |"
             f" {c.get('batch_subjects', result['batch'])}: {c['batch']:.2f} s ({c['batch'] / c['erase']:.1f}x) |"
             f" {rewrite} | {c['bulk_load']:.1f} s"
             f"{' (the build: all vectors)' if c.get('bulk_load_from_build') else ''} |"
