@@ -355,6 +355,17 @@ class FaissStore:
         copy of every vector; the records file is appended to (new records) and blanked (dropped ones) where
         the lines lie, never written anew (except once, for a store read from a ``sidecar-<N>.json``)."""
         previous = self.index_path
+        if (self.dir / "CURRENT").exists():
+            # A generation built from an older one would cut the records file back past lines a newer one
+            # holds: every writer refreshes under the lock first, and this makes sure of it.
+            try:
+                current = json.loads((self.dir / "CURRENT").read_text())["generation"]
+            except (OSError, ValueError, KeyError) as exc:
+                raise StoreUnavailableError(f"cannot read {self.dir / 'CURRENT'}: {exc}", store=self.store) from exc
+            if current != self.generation:
+                raise StoreUnavailableError(f"FAISS store {self.dir} moved to generation {current} while this"
+                                            f" process held generation {self.generation}; nothing was written",
+                                            store=self.store)
         self.generation += 1
         dead = sorted(self._dead)
         try:

@@ -514,3 +514,19 @@ def test_a_store_with_a_json_sidecar_is_read_and_written_in_the_records_layout(f
     files = sorted(p.name for p in store_dir(ftomb).iterdir())
     assert not [f for f in files if f.startswith("sidecar-")] and "records.jsonl" in files
     assert set(FaissStore(store_dir(ftomb), create=False).get()) == set(ids) | set(more)
+
+
+def test_a_commit_from_an_older_generation_writes_nothing(ftomb):
+    """Every writer refreshes under the lock before it commits; a commit that skipped that (a store object
+    left behind by another process's commit) refuses, rather than cut the records file back past the lines
+    the newer generation holds."""
+    from tombstone.errors import StoreUnavailableError
+
+    write(ftomb, "bob", 3)
+    stale = FaissStore(store_dir(ftomb), create=False)
+    write(ftomb, "carol", 2, start=10)
+    records = (store_dir(ftomb) / "records.jsonl").read_bytes()
+    with pytest.raises(StoreUnavailableError, match="moved to generation"):
+        stale.commit(index_changed=False)
+    assert (store_dir(ftomb) / "records.jsonl").read_bytes() == records
+    assert len(FaissStore(store_dir(ftomb), create=False).get()) == 5
