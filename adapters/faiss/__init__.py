@@ -1,4 +1,4 @@
-"""FAISS backend (IndexHNSWFlat in IndexIDMap2, persisted with sidecars): the store apps use, and its adapter."""
+"""FAISS backend (IndexHNSWFlat in IndexIDMap2, persisted as index, state and records files): the store apps use, and its adapter."""
 
 from .store import FaissStore
 

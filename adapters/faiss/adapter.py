@@ -1,4 +1,5 @@
-"""Adapter for the FAISS store: exclusion set, rebuild from survivors, byte scan of index and sidecar."""
+"""Adapter for the FAISS store: exclusion set, in-place reclaim (or rebuild from survivors), byte scan of the
+store's files (index, state, records)."""
 
 from __future__ import annotations
 
@@ -98,15 +99,15 @@ class FaissAdapter(FaissHooks, Adapter):
             evidence = self.faiss.rebuild(self._ids(artifacts))
             evidence["mechanism"] = "rewrite"
             evidence["steps"] = ["rebuild IndexHNSWFlat from survivors (same M, efConstruction, efSearch, metric)",
-                                 "write new generation (temp, fsync, rename)", "switch CURRENT",
-                                 "delete old generation"]
+                                 "write the new generation's index and state (temp, fsync, rename)", "switch CURRENT",
+                                 "delete old generation", "blank the erased records' lines where they lie"]
             return evidence
         evidence = self.faiss.zero_in_place(self._ids(artifacts))
         if evidence["mechanism"] == "in-place":
             evidence["steps"] = ["zero the erased vectors in the flat storage under the HNSW graph",
-                                 "drop their ids, documents and metadata from the sidecar; hide their labels",
-                                 "write new generation (temp, fsync, rename)", "switch CURRENT",
-                                 "delete old generation"]
+                                 "drop their ids, documents and metadata; hide their labels",
+                                 "write the new generation's state (temp, fsync, rename)", "switch CURRENT",
+                                 "delete old generation", "blank the erased records' lines where they lie"]
             evidence["left"] = ("the zeroed slots stay in the graph (links and int64 labels that name no id) until"
                                 " 'tombstone compact'")
         return evidence
@@ -141,7 +142,7 @@ class FaissAdapter(FaissHooks, Adapter):
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    for art in artifacts}
-        # Both searches name their results through the sidecar's id map (label -> id), so a search can
+        # Both searches name their results through the store's id map (label -> id), so a search can
         # return an id only while the map holds it: for an id the map no longer holds, every nearest-neighbour
         # path is decided by that one lookup, and its probe vectors are not searched. (Chroma and Qdrant name
         # results from stores of their own, so there every probe vector is searched.)
@@ -202,7 +203,7 @@ class FaissAdapter(FaissHooks, Adapter):
         patterns = super().physical_patterns(artifact)
         escaped = json.dumps(artifact.artifact_id, ensure_ascii=False)[1:-1].encode("utf-8")
         if escaped != patterns["id"]:
-            patterns["id_json"] = escaped  # how the sidecar spells an id with quotes or backslashes
+            patterns["id_json"] = escaped  # how the records file spells an id with quotes or backslashes
         return patterns
 
     def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:

@@ -1,7 +1,7 @@
 """``tombstone scan`` for a FAISS store (``IndexHNSWFlat`` inside ``IndexIDMap2``, see ``store``), read
 with ``faiss.read_index`` and plain file reads (nothing is written, no lock file is made):
 
-- vectors whose label no id of the sidecar maps to any more (what ``remove_ids`` cannot do on HNSW, so an
+- vectors whose label no id of the store maps to any more (what ``remove_ids`` cannot do on HNSW, so an
   app forgets the mapping and the vector stays);
 - vectors of labels the store excludes from search (suppressed, awaiting a reclaim);
 - files of other generations than ``CURRENT`` names (left by a crash between write and clean-up);
@@ -70,7 +70,7 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
             hidden[2].append(live[label])
     report.places.append(ScanPlace(
         place=index_file.name, kind="vectors without a live id", count=orphan[0], bytes=orphan[1],
-        note="their id is gone from the sidecar, so it cannot be named"))
+        note="their id is gone from the records, so it cannot be named"))
     report.places.append(ScanPlace(
         place=index_file.name, kind="vectors excluded from search (suppressed)", count=hidden[0],
         bytes=hidden[1], ids=sorted(hidden[2]), note="hidden on every query path, still stored until a reclaim"))

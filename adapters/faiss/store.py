@@ -95,7 +95,7 @@ class LineIndex:
 
 
 def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIndex, list[int]]:
-    """Generation ``generation``'s sidecar as one dict (``labels``: id -> label, ``records``: id -> the record,
+    """Generation ``generation``'s records and state as one dict (``labels``: id -> label, ``records``: id -> the record,
     with its ``document`` and ``metadata``, ``excluded``, ``zeroed``, ``next_label``, ``records_length``), where
     its records' lines lie, and the lines still to blank (labels this generation dropped whose line is not yet
     spaces). Reads a ``sidecar-<N>.json`` store too (no lines, nothing to blank). Raises OSError or ValueError
@@ -272,9 +272,9 @@ class FaissStore:
         return faiss.IndexIDMap2(base)
 
     def _load(self) -> None:
-        """Read CURRENT and that generation's index and sidecar; the store takes them only once all three
-        were read. A failed load leaves it as it was: never a new generation number over the old index
-        and sidecar, since the next commit would then write a generation without the writes it missed."""
+        """Read CURRENT and that generation's index, state and records; the store takes them only once all were
+        read. A failed load leaves it as it was: never a new generation number over the old index and
+        records, since the next commit would then write a generation without the writes it missed."""
         for attempt in range(_LOAD_TRIES):
             try:
                 generation = json.loads((self.dir / "CURRENT").read_text())["generation"]
@@ -620,10 +620,11 @@ class FaissStore:
         return dropped
 
     def zero_in_place(self, erase: Sequence[str]) -> dict[str, Any]:
-        """Erase without rebuilding: zero the erased vectors in the flat storage under the HNSW graph, drop
-        their ids, documents and metadata from the sidecar, and commit a new generation. The graph keeps the
-        slots (their links and their int64 labels, which name no id: structural traces that ``compact``
-        removes); the labels stay hidden on every query path. Cost: one write of the files, no graph build."""
+        """Erase without rebuilding: zero the erased vectors in the flat storage under the HNSW graph (and where
+        they lie in the committed index file), drop their ids, documents and metadata (their lines blanked once
+        the new generation is current), and commit a new generation. The graph keeps the slots (their links and
+        their int64 labels, which name no id: structural traces that ``compact`` removes); the labels stay
+        hidden on every query path. Cost: the erased slots and lines and a small state file, no graph build."""
         with self.lock:
             return self._zero_in_place(erase)
 
