@@ -10,7 +10,6 @@ with ``faiss.read_index`` and plain file reads (nothing is written, no lock file
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 from tombstone.errors import ConfigError
 from tombstone.scan import ScanPlace, ScanReport
 
-from .store import RECORDS, read_generation
+from .store import RECORDS, current_generation, read_generation
 
 
 def _nonzero(chunk: bytes) -> int:
@@ -42,7 +41,7 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
         raise ConfigError(f'store {store!r}: the {backend} backend needs path = "..."', store=store)
     root = Path(options["path"])
     try:
-        generation = json.loads((root / "CURRENT").read_text())["generation"]
+        generation = current_generation(root)
         index_file = root / f"index-{generation:06d}.faiss"
         side, lines, to_blank = read_generation(root, generation)
         index = faiss.read_index(str(index_file))

@@ -8,7 +8,7 @@ Layout of the store directory::
     state-<N>.json          next label, excluded labels, zeroed labels (slots an in-place reclaim zeroed, hidden
                             until ``compact``), the records file's committed length, and the labels whose lines
                             this generation dropped (blanked right after the switch)
-    records.jsonl           one line per record: [id, label, document, metadata]; shared by the generations,
+    records.jsonl           one JSON object per line: id, label, document, metadata; shared by the generations,
                             appended to past the committed length, a dropped record's line overwritten with
                             spaces where it lies
 
@@ -57,6 +57,11 @@ RECORDS = "records.jsonl"
 _LOAD_TRIES = 3
 
 
+def current_generation(root: Path) -> int:
+    """The generation ``root/CURRENT`` names. Raises OSError, ValueError or KeyError when it does not read."""
+    return json.loads((root / "CURRENT").read_text())["generation"]
+
+
 def _record_line(artifact_id: str, label: int, document: Any, metadata: Any) -> bytes:
     return json.dumps({"id": artifact_id, "label": label, "document": document, "metadata": metadata or {}},
                       ensure_ascii=False).encode("utf-8") + b"\n"
@@ -101,8 +106,8 @@ def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIn
     spaces). Reads a ``sidecar-<N>.json`` store too (no lines, nothing to blank). Raises OSError or ValueError
     when the files do not read as a generation.
 
-    One parse of every live line at once (orjson) and dicts built by C-level maps: a million records load in
-    about a second."""
+    One parse of every live line at once (orjson) and dicts built by C-level maps (a million records: about
+    2.7 s here, against 4.3 s parsing line by line)."""
     legacy = root / f"sidecar-{generation:06d}.json"
     state_path = root / f"state-{generation:06d}.json"
     if not state_path.exists() and legacy.exists():
@@ -275,24 +280,25 @@ class FaissStore:
         """Read CURRENT and that generation's index, state and records; the store takes them only once all were
         read. A failed load leaves it as it was: never a new generation number over the old index and
         records, since the next commit would then write a generation without the writes it missed."""
+        generation = None
         for attempt in range(_LOAD_TRIES):
             try:
-                generation = json.loads((self.dir / "CURRENT").read_text())["generation"]
+                generation = current_generation(self.dir)
                 index = faiss.read_index(str(self._index_file(generation)))
                 side, lines, to_blank = read_generation(self.dir, generation)
                 break
             except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 # a writer may have switched generations (and blanked lines) while this one was being read
                 try:
-                    moved = json.loads((self.dir / "CURRENT").read_text())["generation"] != generation
-                except (OSError, ValueError, KeyError, TypeError, UnboundLocalError):
+                    moved = generation is not None and current_generation(self.dir) != generation
+                except (OSError, ValueError, KeyError, TypeError):
                     moved = False
                 if moved and attempt + 1 < _LOAD_TRIES:
                     continue
                 raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
         self.generation, self.index, self.side = generation, index, side
         self._lines, self._new, self._dead = lines, [], set(to_blank)
-        self._rewrite_records = not (self.dir / self._state_file(generation).name).exists()
+        self._rewrite_records = not self._state_file(generation).exists()
         self._views = None
 
     def refresh(self) -> None:
@@ -305,7 +311,7 @@ class FaissStore:
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
             if stamp == getattr(self, "_current_stamp", None):
                 return
-            current = json.loads((self.dir / "CURRENT").read_text())["generation"]
+            current = current_generation(self.dir)
         except (OSError, ValueError, KeyError) as exc:
             raise StoreUnavailableError(f"cannot read {self.dir / 'CURRENT'}: {exc}", store=self.store) from exc
         if current != self.generation:
@@ -359,7 +365,7 @@ class FaissStore:
             # A generation built from an older one would cut the records file back past lines a newer one
             # holds: every writer refreshes under the lock first, and this makes sure of it.
             try:
-                current = json.loads((self.dir / "CURRENT").read_text())["generation"]
+                current = current_generation(self.dir)
             except (OSError, ValueError, KeyError) as exc:
                 raise StoreUnavailableError(f"cannot read {self.dir / 'CURRENT'}: {exc}", store=self.store) from exc
             if current != self.generation:

@@ -24,5 +24,10 @@ def signed_body(receipt: dict[str, Any]) -> bytes:
     return canonical_bytes({k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS})
 
 
+def hash_of(covered: bytes) -> str:
+    """The receipt hash of the bytes ``signed_body`` gives."""
+    return "sha256:" + hashlib.sha256(covered).hexdigest()
+
+
 def body_hash(receipt: dict[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(signed_body(receipt)).hexdigest()
+    return hash_of(signed_body(receipt))

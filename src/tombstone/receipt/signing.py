@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from tombstone.errors import ReceiptError, ReceiptFormatError
 from tombstone.keys import b64, key_id
-from tombstone.receipt.canonical import body_hash, signed_body
+from tombstone.receipt.canonical import body_hash, hash_of, signed_body
 
 SCHEMA_VERSION = "1.1"
 SCHEMA_VERSIONS = ("1.0", "1.1")
@@ -46,7 +45,7 @@ def sign(body: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
     """Return the receipt: ``body`` plus its SHA-256 hash and an Ed25519 signature over the same bytes."""
     receipt = dict(body)
     covered = signed_body(receipt)  # the same bytes for the hash and the signature: written once
-    receipt["receipt_hash"] = "sha256:" + hashlib.sha256(covered).hexdigest()
+    receipt["receipt_hash"] = hash_of(covered)
     receipt["signature"] = {
         "algorithm": "ed25519",
         "key_id": key_id(key.public_key()),
