@@ -4,9 +4,10 @@ Same calls as a chromadb ``Collection`` (add, upsert, update, query, get, peek, 
 ``subject=`` on writes. Writes record lineage and probe vectors. Reads hide what an erasure has suppressed
 and not yet reclaimed: the set of those ids comes from the lineage db (``tombstone.capture.hidden``), so
 with nothing suppressed a read is the collection's own call (no metadata filter for the store to evaluate
-over the whole collection); while something is, queries ask for that many more results and drop the hidden
-ones. Results are also post-filtered on the in-store flag. Only a paginated ``get`` (limit/offset) during
-that window, and a read-only wrapper without a lineage db, filter on the flag inside the store.
+over the whole collection). While something is, a query is first asked for its own number of results, and
+only a query whose results held hidden ids is asked again for that many more; the hidden ids are dropped.
+Results are also post-filtered on the in-store flag. Only a paginated ``get`` (limit/offset) during that
+window, and a read-only wrapper without a lineage db, filter on the flag inside the store.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ SUPPRESSED = "tombstone_suppressed"
 VISIBLE: dict[str, Any] = {SUPPRESSED: {"$ne": True}}
 _QUERY_INCLUDE = ["metadatas", "documents", "distances"]
 _GET_INCLUDE = ["metadatas", "documents"]
+_NESTED_KEYS = ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data")
 
 
 def merge_where(where: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -107,14 +109,38 @@ def _drop_flat(result: dict[str, Any], hidden: frozenset[str]) -> dict[str, Any]
 def _drop_nested(result: dict[str, Any], hidden: frozenset[str], n_results: int) -> dict[str, Any]:
     """Per query row: the first ``n_results`` ids that are not hidden."""
     out = dict(result)
-    for key in ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data"):
+    for key in _NESTED_KEYS:
         if out.get(key) is not None:
             out[key] = list(out[key])
     for r, row in enumerate(result["ids"]):
         keep = keep_positions(row, hidden, n_results)
-        for key in ("ids", "embeddings", "documents", "metadatas", "distances", "uris", "data"):
+        for key in _NESTED_KEYS:
             if out.get(key) is not None and out[key][r] is not None:
                 out[key][r] = _keep(out[key][r], keep)
+    return out
+
+
+def _query_rows(query_embeddings: Any) -> list[Any] | None:
+    """The query vectors one per row (a single vector is one row), or None where the query is not given
+    as vectors (Chroma embeds images or uris itself)."""
+    if query_embeddings is None:
+        return None
+    if isinstance(query_embeddings, np.ndarray):
+        return list(query_embeddings.reshape(1, -1) if query_embeddings.ndim == 1 else query_embeddings)
+    rows = list(query_embeddings)
+    if rows and isinstance(rows[0], (int, float, np.number)):
+        return [rows]
+    return rows
+
+
+def _replace_rows(result: dict[str, Any], rows: list[int], again: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with its query rows ``rows`` replaced by the rows of ``again`` (a query of just those)."""
+    out = dict(result)
+    for key in _NESTED_KEYS:
+        if out.get(key) is not None and again.get(key) is not None:
+            out[key] = list(out[key])
+            for n, r in enumerate(rows):
+                out[key][r] = again[key][n]
     return out
 
 
@@ -357,9 +383,20 @@ class TombstoneCollection:
                                 where=merge_where(where), where_document=where_document,
                                 include=sorted(set(include) | {"metadatas"}), **kwargs)
             return _filter_nested(result, "metadatas" not in include)
-        result = self._call("query", query_embeddings=query_embeddings, n_results=n_results + len(hidden),
-                            where=where, where_document=where_document,
-                            include=sorted(set(include) | {"metadatas"}), **kwargs)
+        asked = sorted(set(include) | {"metadatas"})
+        rows = _query_rows(query_embeddings)
+        result = self._call("query", query_embeddings=query_embeddings,
+                            n_results=n_results if rows is not None else n_results + len(hidden), where=where,
+                            where_document=where_document, include=asked, **kwargs)
+        if hidden and rows is not None:
+            # Most queries meet none of the few hidden records: their results are the store's own. A query
+            # whose results held hidden ones is asked again for that many more (only those queries).
+            short = [r for r, row in enumerate(result["ids"]) if any(str(i) in hidden for i in row)]
+            if short:
+                again = self._call("query", query_embeddings=[rows[r] for r in short],
+                                   n_results=n_results + len(hidden), where=where, where_document=where_document,
+                                   include=asked, **kwargs)
+                result = _replace_rows(result, short, again)
         return _filter_nested(_drop_nested(result, hidden, n_results), "metadatas" not in include)
 
     def get(self, ids=None, where=None, limit=None, offset=None, where_document=None, include=None,

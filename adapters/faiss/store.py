@@ -307,7 +307,10 @@ class FaissStore:
         CURRENT is replaced by a rename on every commit, so an unchanged (inode, mtime, size) means an
         unchanged generation and costs one ``stat`` instead of reading and parsing the file."""
         try:
-            st = os.stat(self.dir / "CURRENT")
+            path = getattr(self, "_current_path", None)
+            if path is None:
+                path = self._current_path = os.fspath(self.dir / "CURRENT")
+            st = os.stat(path)
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
             if stamp == getattr(self, "_current_stamp", None):
                 return
@@ -497,13 +500,19 @@ class FaissStore:
 
     def _hidden_labels(self) -> set[int]:
         """Labels the store excludes, plus those of ids an erasure has suppressed in the lineage db and not
-        yet reclaimed (hidden from the moment the suppression is recorded, before the store is touched)."""
-        excluded = self._cached()[0]
+        yet reclaimed (hidden from the moment the suppression is recorded, before the store is touched).
+        Cached until the generation's views or the lineage db's hidden set change."""
+        views = self._cached()
         hidden = self.hidden.current() if self.hidden is not None else frozenset()
         if not hidden:
-            return excluded
+            return views[0]
+        cached = getattr(self, "_hidden_cache", None)
+        if cached is not None and cached[0] is views and cached[1] is hidden:
+            return cached[2]
         labels = self.side["labels"]
-        return excluded | {labels[i] for i in hidden if i in labels}
+        out = views[0] | {labels[i] for i in hidden if i in labels}
+        self._hidden_cache = (views, hidden, out)
+        return out
 
     def _visible_id(self, artifact_id: str, hidden: set[int] | None = None) -> bool:
         label = self.side["labels"].get(artifact_id)
@@ -547,11 +556,25 @@ class FaissStore:
         total = self.index.ntotal
         excluded = self._hidden_labels()
         id_of = self._id_of()
-        if not excluded and not where and total:
-            # Nothing hidden, no filter: the index's own search, all queries at once.
+        if not total:
+            return [[] for _ in queries]
+        todo = list(range(len(queries)))
+        results: list[list[tuple[str, float]]] = [[] for _ in queries]
+        if not where:
+            # The index's own search, all queries at once, hidden labels dropped from its results. Only a
+            # query that lost one of its top k to that drop is searched again below, past the hidden labels
+            # (something hidden is a few of the store's records: most queries never meet one).
             dist, labels = self.index.search(queries, min(k, total))
-            return [[(id_of[label], float(d)) for d, label in zip(drow, lrow) if label >= 0 and label in id_of]
-                    for drow, lrow in zip(dist.tolist(), labels.tolist())]
+            todo = []
+            for q, (drow, lrow) in enumerate(zip(dist.tolist(), labels.tolist())):
+                hits = [(id_of[label], float(d)) for d, label in zip(drow, lrow)
+                        if label >= 0 and label in id_of and label not in excluded]
+                if len(hits) < len(lrow) and any(label in excluded for label in lrow):
+                    todo.append(q)
+                else:
+                    results[q] = hits
+            if not todo:
+                return results
         params = None
         if excluded:
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(excluded, dtype=np.int64)))
@@ -570,22 +593,19 @@ class FaissStore:
             return hits
 
         first = min(total, max(k, 1) * 2)
-        if not first:
-            return [[] for _ in queries]
-        # All queries in one call; only a query left short of k visible results is searched again, wider.
-        dist, labels = self.index.search(queries, first, params=params)
-        results = []
-        for q, drow, lrow in zip(queries, dist.tolist(), labels.tolist()):
+        # The remaining queries in one call; only one left short of k visible results is searched again, wider.
+        dist, labels = self.index.search(queries[todo], first, params=params)
+        for q, drow, lrow in zip(todo, dist.tolist(), labels.tolist()):
             hits = visible(drow, lrow)
             if len(hits) >= k or first >= total:
-                results.append(hits[:k])
+                results[q] = hits[:k]
                 continue
             fetch = min(total, first * 4)
             while True:
-                d1, l1 = self.index.search(q[None, :], fetch, params=params)
+                d1, l1 = self.index.search(queries[q][None, :], fetch, params=params)
                 hits = visible(d1[0].tolist(), l1[0].tolist())
                 if len(hits) >= k or fetch >= total:
-                    results.append(hits[:k])
+                    results[q] = hits[:k]
                     break
                 fetch = min(total, fetch * 4)
         return results

@@ -498,3 +498,37 @@ def test_a_wrapper_without_lineage_hides_flagged_records_and_still_gives_k(ctomb
     with mock.patch.object(view, "_call", side_effect=flag_late):
         hits = view.query(query_embeddings=HashingEmbedder(DIM)([text("bob-0")]), n_results=5)["ids"][0]
     assert late not in hits and len(hits) >= 4
+
+
+def test_a_query_meeting_hidden_ids_is_asked_again_and_the_others_are_not(ctomb):
+    """While ids are suppressed in the lineage db (not yet flagged or reclaimed), a query is first asked for
+    its own number of results; only a query whose results held a hidden id is asked again, wider. Every row
+    equals the first n visible ids of a wide raw query. Control: the raw top-n of the first row holds the
+    hidden ids, so the second ask is exercised."""
+    from tombstone import ArtifactRecord
+
+    mine = write(ctomb, "alice", 4, texts=[text("shared topic", 20)] * 4)
+    theirs = write(ctomb, "bob", 30)
+    ctomb.lineage.record_suppressions("e1", [ArtifactRecord("vectors", i, "chroma", "vector") for i in mine])
+    view = wrapper(ctomb)
+    raw = view.collection
+    queries = HashingEmbedder(DIM)([text("shared topic", 20), text("bob-17")])
+    wide = raw.query(query_embeddings=queries, n_results=len(mine) + len(theirs), include=[])["ids"]
+    assert set(mine) <= set(wide[0][:6]), "control: the raw top-6 holds the hidden ids"
+    assert not set(mine) & set(wide[1][:6]), "control: the second query's raw top-6 holds none"
+    asked = []
+    call = view._call
+
+    def counting(method, **kwargs):
+        if method == "query":
+            asked.append(np.asarray(kwargs["query_embeddings"]).reshape(-1, DIM).shape[0])
+        return call(method, **kwargs)
+
+    with mock.patch.object(view, "_call", side_effect=counting):
+        got = view.query(query_embeddings=queries, n_results=6, include=["distances"])["ids"]
+        single = view.query(query_embeddings=np.asarray(queries[0]).tolist(), n_results=6, include=[])["ids"]
+        one_array = view.query(query_embeddings=np.asarray(queries[0]), n_results=6, include=[])["ids"]
+    assert asked == [2, 1, 1, 1, 1, 1], "only the query that met hidden ids is asked again"
+    for row, wide_row in zip(got, wide):
+        assert row == [i for i in wide_row if i not in mine][:6]
+    assert single == one_array == got[:1]

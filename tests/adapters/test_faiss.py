@@ -530,3 +530,32 @@ def test_a_commit_from_an_older_generation_writes_nothing(ftomb):
         stale.commit(index_changed=False)
     assert (store_dir(ftomb) / "records.jsonl").read_bytes() == records
     assert len(FaissStore(store_dir(ftomb), create=False).get()) == 5
+
+
+def test_a_search_meeting_hidden_ids_is_searched_again_and_the_others_are_not(ftomb):
+    """While ids are suppressed in the lineage db (the store not yet touched), the index's own search runs
+    for every query and only a query whose top k held a hidden id is searched again past them (with the
+    exclusion selector). Every row equals the first k visible ids of a wide raw search. Control: the raw
+    top k of the first query holds the hidden ids."""
+    mine = write(ftomb, "alice", 4, texts=[text("shared query words")] * 4)
+    theirs = write(ftomb, "bob", 30)
+    ftomb.lineage.record_suppressions("e1", [ftomb.lineage.artifact("vec", i) for i in mine])
+    store = app_store(ftomb)
+    queries = HashingEmbedder(DIM)([text("shared query words"), text("bob-17")])
+    id_of = {label: i for i, label in store.side["labels"].items()}
+    _, wide = store.raw_search(queries, len(mine) + len(theirs))
+    wide = [[id_of[label] for label in row if label >= 0] for row in wide.tolist()]
+    assert set(mine) <= set(wide[0][:6]), "control: the raw top 6 holds the hidden ids"
+    assert not set(mine) & set(wide[1][:6]), "control: the second query's raw top 6 holds none"
+    searched = []
+    search = store.index.search
+
+    def counting(x, k, params=None, **kwargs):
+        searched.append((len(x), params is not None))
+        return search(x, k, params=params, **kwargs)
+
+    with mock.patch.object(store.index, "search", side_effect=counting):
+        got = store.search(query_embeddings=queries, k=6)
+    assert searched == [(2, False), (1, True)], "only the query that met hidden ids is searched again"
+    for row, wide_row in zip(got, wide):
+        assert [aid for aid, _ in row] == [i for i in wide_row if i not in mine][:6]

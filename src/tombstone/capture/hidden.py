@@ -2,9 +2,10 @@
 
 Read from the lineage db — shared by every process of the deployment — and cached until the store's
 suppression generation changes, which costs one indexed single-row read per call. With nothing
-suppressed the set is empty and a wrapper's query is the store's own call; otherwise the wrapper asks for
-``k + len(hidden)`` results and drops the hidden ids (``post_filter``), instead of making the store
-evaluate a metadata filter over the whole collection on every query.
+suppressed the set is empty and a wrapper's query is the store's own call; otherwise the wrapper drops the
+hidden ids from the store's results and asks for as many more as it dropped (Chroma and FAISS first ask for
+``k`` and search again only a query whose results held a hidden id; Qdrant asks for ``k + len(hidden)``),
+instead of making the store evaluate a metadata filter over the whole collection on every query.
 """
 
 from __future__ import annotations
