@@ -491,7 +491,12 @@ class ChromaAdapter(ChromaHooks, Adapter):
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    if dim else [] for art in artifacts}
-        nearest = nearest_paths_many(list(queries.items()), searchers, min(TOP_K, count))
+        # The wrapper's query is the collection's same call, filtered on the flag and over-fetched past the
+        # flagged ids: with none flagged (the store's lock is held, so none will be) it returns a subset of
+        # the raw query's results, and is asked only the queries whose raw results held the artifact.
+        nothing_flagged = not col.get(where={SUPPRESSED: True}, include=[])["ids"]
+        nearest = nearest_paths_many(list(queries.items()), searchers, min(TOP_K, count),
+                                     within={"wrapper": "raw"} if nothing_flagged else None)
         results = {}
         for art in artifacts:
             aid = art.artifact_id
@@ -511,7 +516,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
                 passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
                 evidence={"paths": sorted(paths), "returned_by": returned,
-                          "probe_vectors": len(queries[aid]), "collection_count": count},
+                          "probe_vectors": len(queries[aid]), "collection_count": count,
+                          "wrapper_searches": "where the raw search returned the artifact (nothing flagged)"
+                          if nothing_flagged else "every probe vector"},
             )
         return results
 

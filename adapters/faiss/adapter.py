@@ -145,7 +145,7 @@ class FaissAdapter(FaissHooks, Adapter):
         # Both searches name their results through the store's id map (label -> id), so a search can
         # return an id only while the map holds it: for an id the map no longer holds, every nearest-neighbour
         # path is decided by that one lookup, and its probe vectors are not searched. (Chroma and Qdrant name
-        # results from stores of their own, so there every probe vector is searched.)
+        # results from stores of their own, so there every probe vector goes through the raw search.)
         mapped = {aid: q for aid, q in queries.items() if aid in store.side["labels"]}
         nearest = nearest_paths_many(list(mapped.items()), {"raw": raw, "wrapper": wrapped}, min(TOP_K, total))
         for art in artifacts:

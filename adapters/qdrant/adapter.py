@@ -315,8 +315,8 @@ class QdrantAdapter(QdrantHooks, Adapter):
         # The wrapper as an app with the lineage db reads: the hidden ids (here: the flagged ones, read once)
         # post-filtered with oversampling, and the flag checked on every point returned. A view with no
         # hidden set would filter on the flag inside every query, which local mode does over every point.
-        view = TombstoneQdrant(self.client, self.name, lineage=None, store=self.store,
-                               hidden=FixedHidden(self.flagged()))
+        flagged = self.flagged()
+        view = TombstoneQdrant(self.client, self.name, lineage=None, store=self.store, hidden=FixedHidden(flagged))
         probe_vectors = probe_vectors or {}
         info = self.client.get_collection(self.name)
         params = info.config.params.vectors
@@ -352,7 +352,10 @@ class QdrantAdapter(QdrantHooks, Adapter):
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    if dim else [] for art in artifacts}
-        nearest = nearest_paths_many(list(queries.items()), searchers, min(TOP_K, total))
+        # With nothing flagged the wrapper's query is the client's same call, filtered: it returns a subset of
+        # the raw query's points, and is asked only the queries whose raw results held the artifact.
+        nearest = nearest_paths_many(list(queries.items()), searchers, min(TOP_K, total),
+                                     within=None if flagged else {"wrapper": "raw"})
         results = {}
         for art in artifacts:
             aid = art.artifact_id
@@ -363,7 +366,9 @@ class QdrantAdapter(QdrantHooks, Adapter):
                 level=Level.LOGICAL,
                 passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
-                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])},
+                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid]),
+                          "wrapper_searches": "every probe vector" if flagged
+                          else "where the raw search returned the artifact (nothing flagged)"},
             )
         return results
 

@@ -532,3 +532,30 @@ def test_a_query_meeting_hidden_ids_is_asked_again_and_the_others_are_not(ctomb)
     for row, wide_row in zip(got, wide):
         assert row == [i for i in wide_row if i not in mine][:6]
     assert single == one_array == got[:1]
+
+
+def test_the_logical_probe_asks_the_wrapper_only_where_the_raw_search_found_the_artifact(ctomb):
+    """With nothing flagged the wrapper's query is the collection's same call, filtered: the probe asks it only
+    the queries whose raw results held the artifact. Control: a live artifact is returned by both searches
+    (the wrapper is still asked where it matters); while flagged, every probe vector goes through it."""
+    mine = write(ctomb, "alice", 3)
+    write(ctomb, "bob", 30)
+    arts = [ctomb.lineage.artifact("vectors", i) for i in mine]
+    adapter = ctomb.adapter("vectors")
+    vectors = ctomb.lineage.probe_vectors(arts)
+    live = adapter.probe_logical(arts, vectors)
+    for r in live.values():
+        assert not r.passed and r.evidence["wrapper_searches"].startswith("where the raw search")
+        assert any(p.startswith("raw.top40") for p in r.evidence["returned_by"])
+        assert any(p.startswith("wrapper.top40") for p in r.evidence["returned_by"]), "control: the wrapper was asked"
+    adapter.suppress(arts)
+    flagged = adapter.probe_logical(arts, vectors)
+    for r in flagged.values():
+        assert r.evidence["wrapper_searches"] == "every probe vector"
+        assert not any(p.startswith("wrapper.") for p in r.evidence["returned_by"])
+        assert any(p.startswith("raw.top40") for p in r.evidence["returned_by"])
+    receipt, _ = ctomb.erase("alice")
+    for entry in receipt["artifacts"]:
+        assert entry["status"] == "VERIFIED"
+        logical = next(p for p in entry["evidence"]["probes"] if p["level"] == "logical")
+        assert logical["passed"] and logical["detail"]["wrapper_searches"].startswith("where the raw search")

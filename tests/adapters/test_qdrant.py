@@ -349,3 +349,27 @@ def test_in_place_reclaim_deletes_with_secure_delete_and_rewrites_nothing(qtomb)
     assert stored(qtomb) == before
     after = sqlite3.connect(db).execute("SELECT rowid FROM points ORDER BY rowid").fetchall()
     assert len(after) == 8 and set(after) <= set(rowids), "survivors keep their rows: nothing was rewritten"
+
+
+def test_the_logical_probe_asks_the_wrapper_only_where_the_raw_search_found_the_artifact(qtomb):
+    """With nothing flagged the wrapper's query is the client's same call, filtered: the probe asks it only
+    the queries whose raw results held the artifact. Control: a live artifact is returned by both searches;
+    while flagged, every probe vector goes through the wrapper, which returns none of them."""
+    mine = write(qtomb, "alice", 3)
+    write(qtomb, "bob", 30)
+    arts = [qtomb.lineage.artifact("qd", i) for i in mine]
+    adapter = qtomb.adapter("qd")
+    vectors = qtomb.lineage.probe_vectors(arts)
+    for r in adapter.probe_logical(arts, vectors).values():
+        assert not r.passed and r.evidence["wrapper_searches"].startswith("where the raw search")
+        assert any(p.startswith("raw.top40") for p in r.evidence["returned_by"])
+        assert any(p.startswith("wrapper.top40") for p in r.evidence["returned_by"]), "control: the wrapper was asked"
+    adapter.suppress(arts)
+    for r in adapter.probe_logical(arts, vectors).values():
+        assert r.evidence["wrapper_searches"] == "every probe vector"
+        assert not any(p.startswith("wrapper.") for p in r.evidence["returned_by"])
+        assert any(p.startswith("raw.top40") for p in r.evidence["returned_by"])
+    receipt, _ = qtomb.erase("alice")
+    for entry in receipt["artifacts"]:
+        logical = next(p for p in entry["evidence"]["probes"] if p["level"] == "logical")
+        assert entry["status"] == "VERIFIED" and logical["detail"]["wrapper_searches"].startswith("where the raw")

@@ -4,6 +4,7 @@ and they cost one searcher call per batch of vectors instead of one per artifact
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tombstone.verify.logical import nearest_paths, nearest_paths_many
 
@@ -88,3 +89,41 @@ def test_mmr_runs_only_where_the_top_k_holds_the_artifact_and_decides_as_mmr_ove
     gone = [(f"x{i}", queries) for i, (_, queries) in enumerate(items)]  # ids no query returns: an erasure
     assert not any(any(p.values()) for p in nearest_paths_many(gone, {"raw": lazy}, 10).values())
     assert asked == []
+
+
+def test_a_searcher_within_another_is_asked_only_where_that_one_found_the_artifact():
+    """A wrapper whose query is the raw store's same call, filtered, returns a subset of the raw results:
+    declared ``within`` the raw searcher it is asked only the queries whose raw top-k held the artifact,
+    and its verdicts equal searching it on every query. Control: a wrapper that hides one artifact, so its
+    verdicts differ from the raw ones where it was asked."""
+    rng = np.random.default_rng(3)
+    ids = [f"a{i}" for i in range(200)]
+    matrix = rng.normal(size=(200, 16)).astype(np.float32)
+    items = [(aid, [("fragment1", matrix[i] + rng.normal(scale=0.1, size=16).astype(np.float32)),
+                    ("padded_fingerprint", rng.normal(size=16).astype(np.float32))])
+             for i, aid in enumerate(ids[:60])]
+    hidden = {"a0"}
+
+    def wrapper_of(calls):
+        raw = exact_searcher(ids, matrix, [])
+
+        def search(vectors, k):
+            calls.append(len(vectors))
+            found, cands = raw(vectors, k)
+            keep = [[n for n, i in enumerate(row) if i not in hidden] for row in found]
+            return [[row[n] for n in kept] for row, kept in zip(found, keep)], \
+                [c[kept] for c, kept in zip(cands, keep)]
+        return search
+
+    full_calls: list[int] = []
+    full = nearest_paths_many(items, {"raw": exact_searcher(ids, matrix, []), "wrapper": wrapper_of(full_calls)}, 10)
+    some_calls: list[int] = []
+    within = nearest_paths_many(items, {"raw": exact_searcher(ids, matrix, []), "wrapper": wrapper_of(some_calls)},
+                                10, within={"wrapper": "raw"})
+    assert within == full
+    found = sum(p[f"raw.top40({label})"] for p in full.values() for label in ("fragment1", "padded_fingerprint"))
+    assert full_calls == [120] and some_calls == [found] and 0 < found < 120
+    assert full["a0"]["raw.top40(fragment1)"] and not full["a0"]["wrapper.top40(fragment1)"]  # control
+    with pytest.raises(ValueError):
+        nearest_paths_many(items, {"wrapper": wrapper_of([]), "raw": exact_searcher(ids, matrix, [])}, 10,
+                           within={"wrapper": "raw"})

@@ -756,6 +756,18 @@ class LineageDB:
                 (saga_id, step, target, phase, self._now(), json.dumps(detail or {}, sort_keys=True), self.worker),
             )
 
+    def journal_many(self, entries: Sequence[tuple[str, str, str, str, dict[str, Any] | None]]) -> None:
+        """``journal`` for several sagas' entries (saga id, step, target, phase, detail) in one transaction:
+        a batch's sagas journal a shared step together, all or none."""
+        if not entries:
+            return
+        now = self._now()
+        with self.atomic() as conn:
+            conn.executemany(
+                "INSERT INTO journal (saga_id, step, target, phase, at, detail, worker) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(saga_id, step, target, phase, now, json.dumps(detail or {}, sort_keys=True), self.worker)
+                 for saga_id, step, target, phase, detail in entries])
+
     def step_result(self, saga_id: str, step: str, target: str = "") -> dict[str, Any] | None:
         """The detail journaled when the step ended, or None if it never ended."""
         row = self._conn.execute(

@@ -622,14 +622,21 @@ def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[li
         return
     point = f"saga:{step}:{target or '-'}"
     kill_point(f"{point}:before")
-    for s in pending:
-        s.lineage.journal(s.saga_id, step, target, "begin")
+    _journal(pending, step, target, "begin", lambda s: None)
     kill_point(f"{point}:acting")
     results = action(pending)
     kill_point(f"{point}:acted")
-    for s in pending:
-        s.lineage.journal(s.saga_id, step, target, "end", results[s.saga_id])
+    _journal(pending, step, target, "end", lambda s: results[s.saga_id])
     kill_point(f"{point}:done")
+
+
+def _journal(sagas: Sequence[Saga], step: str, target: str, phase: str, detail: Callable[[Saga], Any]) -> None:
+    """Journal one phase of a step for every saga, one transaction per lineage db (a batch has one)."""
+    by_db: dict[int, list[Saga]] = {}
+    for s in sagas:
+        by_db.setdefault(id(s.lineage), []).append(s)
+    for group in by_db.values():
+        group[0].lineage.journal_many([(s.saga_id, step, target, phase, detail(s)) for s in group])
 
 
 def _store_reclaim_steps(saga: Saga, store: str) -> None:

@@ -8,7 +8,7 @@ vector set, top-k and MMR over the same candidates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -130,19 +130,33 @@ BATCH_QUERIES = 512
 
 
 def nearest_paths_many(items: Sequence[tuple[str, list[tuple[str, np.ndarray]]]], searchers: dict, k: int,
-                       batch: int = BATCH_QUERIES) -> dict[str, dict[str, bool]]:
+                       batch: int = BATCH_QUERIES, within: Mapping[str, str] | None = None) -> dict[str, dict[str, bool]]:
     """``nearest_paths`` for many artifacts at once: the probe vectors of all of them go through each searcher
     in calls of up to ``batch`` vectors (one call per batch and path, not one per artifact and path). Returns
-    each artifact's paths, exactly as ``nearest_paths`` would for it alone."""
+    each artifact's paths, exactly as ``nearest_paths`` would for it alone.
+
+    ``within`` maps a searcher to an earlier one whose top-k holds everything it can return for the same
+    query (a wrapper whose query is the raw store's same call, filtered): it is asked only the queries whose
+    top-k there held the artifact, and the others are misses on both its paths, as its search would find."""
     out: dict[str, dict[str, bool]] = {aid: {} for aid, _ in items}
     if k <= 0:
         return out
     flat = [(aid, label, vec) for aid, queries in items for label, vec in queries]
     if not flat:
         return out
+    within = dict(within or {})
     for name, search in searchers.items():
-        for start in range(0, len(flat), batch):
-            part = flat[start:start + batch]
+        rows = flat
+        outer = within.get(name)
+        if outer is not None:
+            if outer not in searchers or list(searchers).index(outer) > list(searchers).index(name):
+                raise ValueError(f"searcher {name!r} is within {outer!r}, which must be searched before it")
+            rows = [row for row in flat if out[row[0]][f"{outer}.top{TOP_K}({row[1]})"]]
+            for aid, label, _ in flat:
+                out[aid][f"{name}.top{TOP_K}({label})"] = False
+                out[aid][f"{name}.mmr({label})"] = False
+        for start in range(0, len(rows), batch):
+            part = rows[start:start + batch]
             vectors = np.stack([v for _, _, v in part]).astype(np.float32)
             ids_per_query, candidates = search(vectors, k)
             # MMR picks among the top-k, so it can return the artifact only where the top-k holds it: only
