@@ -558,6 +558,11 @@ class FaissStore:
         id_of = self._id_of()
         if not total:
             return [[] for _ in queries]
+        if not excluded and not where:
+            # Nothing hidden, no filter: the index's own search, all queries at once.
+            dist, labels = self.index.search(queries, min(k, total))
+            return [[(id_of[label], d) for d, label in zip(drow, lrow) if label in id_of]
+                    for drow, lrow in zip(dist.tolist(), labels.tolist())]
         todo = list(range(len(queries)))
         results: list[list[tuple[str, float]]] = [[] for _ in queries]
         if not where:
