@@ -97,19 +97,21 @@ def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, 
     return body
 
 
-def pretty(receipt: Mapping[str, Any]) -> bytes:
+def pretty(receipt: Mapping[str, Any], *, finite: bool = False) -> bytes:
     """The receipt as the file delivered to the operator: indented, sorted keys, UTF-8.
 
     orjson writes it: the standard library's encoder leaves its C code for Python once asked to indent, which
     made printing a batch's receipts cost more than erasing the batch. A value orjson refuses or would bend
     (an integer past 64 bits; a NaN or infinity, which it writes as null and a receipt never holds) goes to
-    the standard library, which writes it exactly or refuses it."""
+    the standard library, which writes it exactly or refuses it. ``finite=True`` says the caller has already
+    encoded this receipt with NaN and infinity refused (its canonical bytes), so that check is not repeated."""
     import json
 
     import orjson
 
     try:
-        json.dumps(receipt, allow_nan=False)  # C code: refuses a NaN or infinity before orjson could bend it
+        if not finite:
+            json.dumps(receipt, allow_nan=False)  # C code: refuses a NaN or infinity before orjson could bend it
         return orjson.dumps(receipt, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
     except (ValueError, TypeError):
         pass

@@ -475,7 +475,7 @@ class Saga:
         # receipt that was not delivered.
         kill_point("saga:receipt:before-file")
         try:
-            write_atomic(out, pretty(receipt))
+            write_atomic(out, pretty(receipt, finite=True))  # its canonical bytes (above) refuse NaN
         except OSError as exc:
             raise SagaError(
                 f"cannot write receipt to {out}: {exc.strerror or exc}; the saga is kept, run 'tombstone resume'"
