@@ -521,20 +521,31 @@ class FaissStore:
     def get(self, ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None) -> dict[str, dict]:
         """Records by id and/or metadata equality, excluded ones hidden: ``{id: {"document", "metadata"}}``."""
         self.refresh()
-        candidates = list(ids) if ids is not None else list(self.side["records"])
-        hidden = self._hidden_labels()
+        records = self.side["records"]
+        if ids is None:
+            candidates = self.ids()
+        else:
+            hidden = self._hidden_labels()
+            candidates = [i for i in ids if i in records and self._visible_id(i, hidden)]
         out = {}
         for i in candidates:
-            rec = self.side["records"].get(i)
-            if rec is None or not self._visible_id(i, hidden):
-                continue
+            rec = records[i]
             if where and any(rec["metadata"].get(k) != v for k, v in where.items()):
                 continue
             out[i] = {"document": rec["document"], "metadata": rec["metadata"]}
         return out
 
+    def ids(self) -> list[str]:
+        """Every visible record's id (what ``get()`` lists), without building the records."""
+        self.refresh()
+        hidden = self._hidden_labels()
+        labels = self.side["labels"]
+        if not hidden:
+            return list(labels)
+        return [i for i, label in labels.items() if label not in hidden]
+
     def count(self) -> int:
-        return len(self.get())
+        return len(self.ids())
 
     def _id_of(self) -> dict[int, str]:
         return self._cached()[1]

@@ -136,6 +136,7 @@ def test_suppressed_never_returned_and_search_still_gives_k(ftomb):
     assert len(hits) == 8 and not {a for a, _ in hits} & set(mine)
     assert not set(s.get(ids=mine)) and set(s.get(ids=theirs)) == set(theirs)
     assert not set(s.get(where={"n": 0})) & set(mine) and s.count() == 20
+    assert s.ids() == list(s.get()) and set(s.ids()) == set(theirs)  # the listing without the records
     assert s.search(query_texts=[text("x")], k=5, where={"n": 3})[0][0][0] == theirs[3]
 
 
