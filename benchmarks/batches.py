@@ -2,7 +2,8 @@
 
 Erasing subjects from a FAISS store of ``vectors`` vectors (128-dim): single erasures (median of 5), then
 one batch of 10 and one of 100 different subjects; time per subject, and its ratio to a single erasure.
-Single erasures pay a full index rebuild and a full scan each; a batch pays them once.
+Single erasures pay a reclaim (the default in place: zeros where the erased vectors lie) and a full scan of
+the store's files each; a batch pays them once, and each of its subjects still gets its own saga and receipt.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def section(result: dict) -> str:
         "",
         f"Erasing subjects from a FAISS store of {result['vectors']} vectors (128-dim): single erasures (median of 5),"
         " then one batch of 10 and one of 100 different subjects (`tombstone erase --subjects-file`), each"
-        " batch with one rebuild and one scan of the store for all its subjects and one receipt per subject.",
+        " batch with one reclaim (in place, the default) and one scan of the store's files for all its subjects,"
+        " and one saga and signed receipt per subject.",
         "",
         "| subjects per erasure | time per subject | vs single |",
         "|---|---|---|",

@@ -505,7 +505,8 @@ def test_a_store_with_a_json_sidecar_is_read_and_written_in_the_records_layout(f
 
     ids = write(ftomb, "bob", 6)
     store = FaissStore(store_dir(ftomb), create=False)
-    legacy = {k: store.side[k] for k in ("next_label", "labels", "excluded", "records", "zeroed")}
+    legacy = {k: store.side[k] for k in ("next_label", "labels", "excluded", "zeroed")}
+    legacy["records"] = dict(store.side["records"])  # every record read from its line
     (store_dir(ftomb) / f"sidecar-{store.generation:06d}.json").write_text(_json.dumps(legacy))
     store.state_path.unlink()
     (store_dir(ftomb) / "records.jsonl").unlink()
@@ -560,3 +561,46 @@ def test_a_search_meeting_hidden_ids_is_searched_again_and_the_others_are_not(ft
     assert searched == [(2, False), (1, True)], "only the query that met hidden ids is searched again"
     for row, wide_row in zip(got, wide):
         assert [aid for aid, _ in row] == [i for i in wide_row if i not in mine][:6]
+
+
+def test_opening_parses_ids_and_labels_and_reads_a_record_when_asked(ftomb, tmp_path):
+    """Opening a store parses each line's id and label only; a record's document and metadata are read from
+    its line the first time they are asked for, and equal what was written, whatever the id and document
+    hold (quotes, the key names themselves, non-ASCII). A line blanked after the load (by a newer
+    generation) is a record gone, not an error. A line in another key order is parsed whole, and so is every
+    line when one cannot be cut where this writer's lines are."""
+    import json as _json
+
+    from tombstone_adapters.faiss.store import read_generation
+
+    odd = ['q"uote\\d, "document": x', "zoë-ß", 'k", "label": 5']
+    docs = ['text with , "document": inside', "ünïcode ✓", ""]
+    metas = [{"n": 1, "nested": {"a": [1, 2]}}, {}, {"s": '", "label": 9'}]
+    app_store(ftomb).add(odd, documents=docs, metadatas=metas, subject="odd")
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert store.side["records"]._held == {}, "opening read no document"
+    got = store.get(ids=odd)
+    assert [got[i]["document"] for i in odd] == docs and [got[i]["metadata"] for i in odd] == metas
+    assert set(store.side["records"]._held) == set(odd)
+    # a newer generation blanked one line after this store read its own: that record is gone, no error
+    other = FaissStore(store_dir(ftomb), create=False)
+    offset, length = other._lines.place(other.side["labels"][odd[1]])
+    with open(store_dir(ftomb) / "records.jsonl", "r+b") as fh:
+        fh.seek(offset)
+        fh.write(b" " * length)
+    assert odd[1] not in other.get(ids=[odd[1]]) and other.get(ids=[odd[0]])[odd[0]]["document"] == docs[0]
+    # a line whose keys come in another order is parsed whole
+    root = tmp_path / "handmade"
+    root.mkdir()
+    lines = (_json.dumps({"label": 0, "metadata": {"m": 1}, "document": "d0", "id": "a"}) + "\n"
+             + _json.dumps({"id": "b", "label": 1, "document": "d1", "metadata": {}}) + "\n"
+             + _json.dumps({"document": "d2", "metadata": {"x": 1, "document": 2}, "id": "c", "label": 2})
+             + "\n").encode()
+    (root / "records.jsonl").write_bytes(lines)
+    (root / "state-000001.json").write_text(_json.dumps({"next_label": 3, "excluded": [], "zeroed": [],
+                                                          "records_length": len(lines), "dead": []}))
+    side, _, _ = read_generation(root, 1)
+    assert side["labels"] == {"a": 0, "b": 1, "c": 2}
+    assert dict(side["records"]) == {"a": {"document": "d0", "metadata": {"m": 1}},
+                                     "b": {"document": "d1", "metadata": {}},
+                                     "c": {"document": "d2", "metadata": {"x": 1, "document": 2}}}
