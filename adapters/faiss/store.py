@@ -106,6 +106,16 @@ class LineIndex:
             self._appended.pop(label, None)
             self._gone.add(label)
 
+    def located(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The loaded lines (not blanked) of ``labels``, in file order: their labels, offsets and lengths."""
+        if not len(self._labels) or not len(labels):
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        rows = np.flatnonzero(np.isin(self._labels, labels))
+        if self._gone:
+            rows = rows[~np.isin(self._labels[rows], np.fromiter(self._gone, np.int64, len(self._gone)))]
+        return self._labels[rows], self._offsets[rows], self._lengths[rows]
+
     def place(self, label: int) -> tuple[int, int] | None:
         """(offset, length) of one label's line, or None when it is not known or already blanked: a binary
         search over the loaded lines (sorted by label once, on the first call), not a pass over them."""
@@ -123,6 +133,10 @@ class LineIndex:
             return None
         row = order[at]
         return int(self._offsets[row]), int(self._lengths[row])
+
+
+_BULK_READ = 256
+"""Records asked for at once past which their lines are read in one pass over the records file."""
 
 
 class LazyRecords(MutableMapping):
@@ -156,6 +170,27 @@ class LazyRecords(MutableMapping):
         record = {"document": row.get("document"), "metadata": row.get("metadata") or {}}
         self._held[key] = record
         return record
+
+    def hold(self, keys: Sequence[str]) -> None:
+        """Read the lines of those of ``keys`` not read yet in one pass over the file, where there are many
+        (a listing, a ``where`` over every record); a few are left to be read one by one when asked for."""
+        by_label = {self._labels[k]: k for k in keys if k not in self._held and k in self._labels}
+        if len(by_label) < _BULK_READ:
+            return
+        labels, offsets, lengths = self._lines.located(np.fromiter(by_label, np.int64, len(by_label)))
+        if not len(labels):
+            return
+        with open(self._path, "rb") as fh:
+            data = fh.read(int((offsets + lengths).max()))
+        chunks = [data[o:o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]
+        try:
+            rows = orjson.loads(b"[" + b",".join(chunks) + b"]")
+        except orjson.JSONDecodeError:
+            return  # a line changed since the load (blanked by a newer generation): each is read when asked
+        for label, row in zip(labels.tolist(), rows):
+            key = by_label[label]
+            if isinstance(row, dict) and row.get("id") == key:
+                self._held[key] = {"document": row.get("document"), "metadata": row.get("metadata") or {}}
 
     def __setitem__(self, key: str, value: dict[str, Any]) -> None:
         self._held[key] = value
@@ -621,6 +656,8 @@ class FaissStore:
         else:
             hidden = self._hidden_labels()
             candidates = [i for i in ids if i in records and self._visible_id(i, hidden)]
+        if isinstance(records, LazyRecords):
+            records.hold(candidates)
         out = {}
         for i in candidates:
             rec = records.get(i)

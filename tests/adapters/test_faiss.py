@@ -604,3 +604,29 @@ def test_opening_parses_ids_and_labels_and_reads_a_record_when_asked(ftomb, tmp_
     assert dict(side["records"]) == {"a": {"document": "d0", "metadata": {"m": 1}},
                                      "b": {"document": "d1", "metadata": {}},
                                      "c": {"document": "d2", "metadata": {"x": 1, "document": 2}}}
+
+
+def test_a_listing_reads_the_records_lines_in_one_pass_and_equals_reading_each(ftomb):
+    """``get()`` over many records reads their lines in one pass over the records file (not one read per
+    record); what it returns equals reading each line on its own. Control: before the listing no document
+    was read."""
+    from tombstone_adapters.faiss import store as store_module
+
+    ids = write(ftomb, "bob", 300)
+    one_by_one = FaissStore(store_dir(ftomb), create=False)
+    each = {i: one_by_one.get(ids=[i])[i] for i in ids}
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert store.side["records"]._held == {}
+    opened = []
+    real_open = open
+
+    def counting(path, *args, **kwargs):
+        if str(path).endswith("records.jsonl"):
+            opened.append(path)
+        return real_open(path, *args, **kwargs)
+
+    with mock.patch.object(store_module, "open", counting, create=True):
+        listing = store.get()
+        by_where = store.get(where={"n": 7})
+    assert listing == each and list(by_where) == ["bob-vec-00007"]
+    assert len(opened) == 1, "one read of the records file for the listing, none for the where after it"
