@@ -173,7 +173,7 @@ def section(result: dict) -> str:
         said = "; ".join(f"{state}: {min(r):.2f}-{max(r):.2f}x" for state, r in ratios.items())
         lines += ["", f"The wrapper's query p50 as a multiple of the raw p50, over every backend and size of this run: {said}."
                   " While ids are hidden, Chroma and FAISS first ask each query for its own k and search again only a"
-                  " query whose results held a hidden id; Qdrant asks for k plus the hidden ids; pgvector filters on its"
-                  " in-table flag in SQL. FAISS's raw get is a dict lookup in microseconds, hence its large get ratio. The machine's"
+                  " query whose results held a hidden id; Qdrant asks for k plus the hidden ids; pgvector excludes the"
+                  " hidden ids and its in-table flag in SQL. FAISS's raw get is a dict lookup in microseconds, hence its large get ratio. The machine's"
                   " two cores are shared, so single cells are noisy: compare the columns within a row."]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""A pgvector table, wrapped: lineage on write, ``tombstoned`` column honoured on every read.
+"""A pgvector table, wrapped: lineage on write, ``tombstoned`` column honoured on every read, and so are the ids
+an erasure has recorded as suppressed in the lineage db (``tombstone.capture.hidden``) before it sets the column.
 
 Every identifier (schema, table, columns) is composed with ``psycopg.sql.Identifier``: a hostile name
 is quoted, never interpolated.
@@ -15,7 +16,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from tombstone.capture.hidden import suppressed_among
+from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import ConfigError, StoreUnavailableError
@@ -99,6 +100,8 @@ class PgVectorStore:
                      **(columns or {})}
         self.distance = distance
         self.lineage, self.store, self.embedder = lineage, store, embedder
+        self.hidden = HiddenIds(lineage, store) if lineage is not None else None
+        """Ids suppressed in the lineage db and not yet reclaimed: hidden like tombstoned rows."""
         self.lock_wait = lock_wait
         self.table = sql.Identifier(schema, table) if schema else sql.Identifier(table)
         self.c = {role: sql.Identifier(name) for role, name in self.cols.items()}
@@ -167,10 +170,21 @@ class PgVectorStore:
 
     # -- reads (every one has ``NOT tombstoned`` in its WHERE clause, then a post-filter) -------
 
+    def _hidden_now(self, raw: bool) -> frozenset[str]:
+        return self.hidden.current() if self.hidden is not None and not raw else frozenset()
+
+    def _not_hidden(self) -> sql.Composable:
+        """The clause that leaves out the hidden ids (passed as one array parameter)."""
+        return sql.SQL("NOT ({} = ANY(%s))").format(self.c["id"])
+
     def _select(self, extra: sql.Composable | None, params: list, raw: bool = False) -> list[dict[str, Any]]:
         where = [] if raw else [sql.SQL("NOT {}").format(self.c["tombstoned"])]
         if extra is not None:
             where.append(extra)
+        hidden = self._hidden_now(raw)
+        if hidden:
+            where.append(self._not_hidden())
+            params = [*params, sorted(hidden)]
         query = sql.SQL("SELECT {id}, {doc}, {meta}, {tomb} FROM {t}{where} ORDER BY {id}").format(
             id=self.c["id"], doc=self.c["document"], meta=self.c["metadata"], tomb=self.c["tombstoned"], t=self.table,
             where=sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""))
@@ -179,7 +193,8 @@ class PgVectorStore:
         except psycopg.Error as exc:
             raise StoreUnavailableError(f"pgvector read failed: {exc}".strip(), store=self.store) from exc
         # post-filter: never trust the WHERE clause alone
-        return [{"id": r[0], "document": r[1], "metadata": r[2]} for r in rows if raw or not r[3]]
+        return [{"id": r[0], "document": r[1], "metadata": r[2]} for r in rows
+                if raw or not (r[3] or r[0] in hidden)]
 
     def get(self, ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None, *, raw: bool = False):
         clauses, params = [], []
@@ -205,6 +220,10 @@ class PgVectorStore:
         where = [] if raw else [sql.SQL("NOT {}").format(self.c["tombstoned"])]
         if extra is not None:
             where.append(extra)
+        hidden = self._hidden_now(raw)
+        if hidden:
+            where.append(self._not_hidden())
+            params_extra = [*params_extra, sorted(hidden)]
         query = sql.SQL("SELECT {id}, {doc}, {meta}, {tomb}, {order} AS distance FROM {t}{where} ORDER BY {order} LIMIT {k}").format(
             id=self.c["id"], doc=self.c["document"], meta=self.c["metadata"], tomb=self.c["tombstoned"], order=order,
             t=self.table, where=sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
@@ -214,7 +233,7 @@ class PgVectorStore:
         except psycopg.Error as exc:
             raise StoreUnavailableError(f"pgvector read failed: {exc}".strip(), store=self.store) from exc
         return [{"id": r[0], "document": r[1], "metadata": r[2], "distance": float(r[4])}
-                for r in rows if raw or not r[3]]
+                for r in rows if raw or not (r[3] or r[0] in hidden)]
 
     def vectors_by_id(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """The stored vectors of those ids that exist now (ids deleted meanwhile are simply absent)."""
@@ -227,5 +246,8 @@ class PgVectorStore:
         return np.stack([by_id[i] for i in ids]) if ids else np.zeros((0, 0), dtype=np.float32)
 
     def count(self) -> int:
-        return self.conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE NOT {}").format(
-            self.table, self.c["tombstoned"])).fetchone()[0]
+        hidden = self._hidden_now(False)
+        query = sql.SQL("SELECT count(*) FROM {} WHERE NOT {}").format(self.table, self.c["tombstoned"])
+        if not hidden:
+            return self.conn.execute(query).fetchone()[0]
+        return self.conn.execute(query + sql.SQL(" AND ") + self._not_hidden(), [sorted(hidden)]).fetchone()[0]

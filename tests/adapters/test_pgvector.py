@@ -128,6 +128,32 @@ def test_every_read_path_hides_tombstoned(ptomb, admin):
     assert store.count() == 4
 
 
+def test_every_read_path_hides_ids_suppressed_in_the_lineage_db_before_the_column_is_set(ptomb, admin):
+    """An erasure records its suppression in the lineage db before it touches the table: from then on the
+    wrapper hides those rows although their ``tombstoned`` column is still false. Control: the raw reads
+    and a wrapper without the lineage db still return them."""
+    mine = write(ptomb, admin, "alice", 3, texts=[text("shared words")] * 3)
+    theirs = write(ptomb, admin, "bob", 4)
+    ptomb.lineage.record_suppressions("e1", [ptomb.lineage.artifact("pg", i) for i in mine])
+    store = app(ptomb, admin)
+    q = [text("shared words")]
+    paths = {
+        "search": [r["id"] for r in store.search(query_texts=q, k=10)[0]],
+        "search+where": [r["id"] for r in store.search(query_texts=q, k=10, where={"n": 0})[0]],
+        "get": [r["id"] for r in store.get()],
+        "get(ids)": [r["id"] for r in store.get(ids=mine + theirs)],
+        "get(where)": [r["id"] for r in store.get(where={"n": 0})] + [r["id"] for r in store.get(where={"n": 1})],
+    }
+    for name, returned in paths.items():
+        assert not set(returned) & set(mine), f"{name} returned a suppressed row"
+        assert set(returned) & set(theirs), f"{name} returned no survivor: path not exercised"
+    assert store.count() == 4
+    assert set(mine) <= {r["id"] for r in store.search(query_texts=q, k=10, raw=True)[0]}  # control
+    assert {r["id"] for r in store.get(ids=mine, raw=True)} == set(mine)
+    unwrapped = PgVectorStore(admin, table_of(ptomb), store="pg", embedder=HashingEmbedder(DIM), create=False)
+    assert {r["id"] for r in unwrapped.get(ids=mine)} == set(mine) and unwrapped.count() == 7
+
+
 def test_plain_delete_control_heap_and_hnsw_then_reclaim(ptomb, admin):
     """Control: after a plain DELETE the vector is still in the heap and in the HNSW index relation, and
     the probe says so; after the reclaim neither the probe nor an independent read finds anything."""
