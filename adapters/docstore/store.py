@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.errors import StoreUnavailableError, TombstoneError
-from tombstone.capture.hidden import suppressed_among
+from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.lineage.db import ArtifactRecord, LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 from tombstone.verify.scanner import check_regular
@@ -73,6 +73,9 @@ class DocStore:
         self.path = Path(path)
         self.lineage = lineage
         self.store = store
+        self.hidden = HiddenIds(lineage, store) if lineage is not None else None
+        """Ids an erasure has recorded as suppressed and not yet reclaimed: hidden from that moment, before
+        the row's flag is set."""
         if not create and not self.path.is_file():
             raise StoreUnavailableError(f"docstore file not found: {self.path}", store=store, retryable=False)
         if not connect:
@@ -149,15 +152,22 @@ class DocStore:
 
     # -- reads (every one excludes suppressed rows) -------------------------------------------
 
+    def _hidden_now(self) -> frozenset[str]:
+        return self.hidden.current() if self.hidden is not None else frozenset()
+
     def _rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Document]:
         sql = "SELECT id, text, metadata FROM documents WHERE suppressed = 0"
         if where:
             sql += f" AND ({where})"
+        hidden = self._hidden_now()
+        if hidden:
+            sql += " AND id NOT IN (SELECT value FROM json_each(?))"
+            params = [*params, json.dumps(sorted(hidden))]
         try:
             rows = self._conn.execute(sql + " ORDER BY id", params).fetchall()
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailableError(f"docstore read failed: {exc}", store=self.store) from exc
-        return [Document(i, t, json.loads(m)) for i, t, m in rows]
+        return [Document(i, t, json.loads(m)) for i, t, m in rows if i not in hidden]
 
     def get(self, doc_id: str) -> Document | None:
         rows = self._rows("id = ?", (doc_id,))
@@ -187,7 +197,11 @@ class DocStore:
         return self._rows()
 
     def count(self) -> int:
-        return self._conn.execute("SELECT count(*) FROM documents WHERE suppressed = 0").fetchone()[0]
+        hidden = self._hidden_now()
+        if not hidden:
+            return self._conn.execute("SELECT count(*) FROM documents WHERE suppressed = 0").fetchone()[0]
+        return self._conn.execute("SELECT count(*) FROM documents WHERE suppressed = 0 AND id NOT IN"
+                                  " (SELECT value FROM json_each(?))", (json.dumps(sorted(hidden)),)).fetchone()[0]
 
     # -- used by the adapter ------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Writes record lineage and carry ``tombstone_suppressed: false`` and the artifact id in metadata; every
 read path (``query``, ``fetch``) merges ``tombstone_suppressed != true`` into the caller's filter and
-post-filters the results.
+post-filters the results. A wrapper with the lineage db also leaves out the ids an erasure has recorded as
+suppressed and not yet reclaimed (``tombstone_id $nin [...]``), from that moment, before the flag is written.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tombstone.capture.hidden import suppressed_among
+from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
@@ -20,6 +21,10 @@ SUPPRESSED = "tombstone_suppressed"
 ID_KEY = "tombstone_id"
 DOCUMENT_KEY = "document"
 VISIBLE = {SUPPRESSED: {"$ne": True}}
+NIN_LIMIT = 10_000
+"""The most values Pinecone takes in one ``$nin``."""
+TOP_K_LIMIT = 10_000
+"""The largest ``top_k`` Pinecone answers."""
 
 
 def merge_filter(caller: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -37,6 +42,7 @@ class TombstonePinecone:
                  embedder: Embedder | None = None) -> None:
         self.index, self.namespace = index, namespace
         self.lineage, self.store, self.embedder = lineage, store, embedder
+        self.hidden = HiddenIds(lineage, store) if lineage is not None else None
 
     @deferred.after_write
     def upsert(self, ids: Sequence[str], documents=None, metadatas=None, vectors=None, *, subject) -> None:
@@ -63,10 +69,16 @@ class TombstonePinecone:
         if text is not None:
             vector = embed(self.embedder, [text])[0].tolist()
         kwargs["include_metadata"] = True
-        result = self.index.query(vector=list(vector), top_k=top_k, filter=merge_filter(filter),
-                                  namespace=self.namespace, **kwargs)
-        return [m for m in result.matches if _visible(m.metadata)]
+        hidden = self.hidden.current() if self.hidden is not None else frozenset()
+        flt, asked = merge_filter(filter), top_k
+        if hidden and len(hidden) <= NIN_LIMIT:
+            flt = {"$and": [flt, {ID_KEY: {"$nin": sorted(hidden)}}]}
+        elif hidden:  # more than one $nin takes: ask for that many more and drop them
+            asked = min(TOP_K_LIMIT, top_k + len(hidden))
+        result = self.index.query(vector=list(vector), top_k=asked, filter=flt, namespace=self.namespace, **kwargs)
+        return [m for m in result.matches if _visible(m.metadata) and m.id not in hidden][:top_k]
 
     def fetch(self, ids: Sequence[str]) -> dict[str, Any]:
+        hidden = self.hidden.current() if self.hidden is not None else frozenset()
         vectors = self.index.fetch(ids=list(ids), namespace=self.namespace).vectors
-        return {i: v for i, v in vectors.items() if _visible(v.metadata)}
+        return {i: v for i, v in vectors.items() if _visible(v.metadata) and i not in hidden}

@@ -76,6 +76,33 @@ def test_every_read_path_hides_suppressed(tomb):
         docs.close()
 
 
+def test_every_read_path_hides_ids_suppressed_in_the_lineage_db_before_the_flag_is_set(tomb):
+    """An erasure records its suppression in the lineage db before it touches the store: a wrapper with the
+    lineage db hides those rows from then on, although their flag is still 0. Control: a bare store (no
+    lineage db) still returns them."""
+    mine = write_docs(tomb, "alice", 2, texts=["alpha shared words", "beta words"])
+    theirs = write_docs(tomb, "bob", 1, texts=["gamma shared words"])
+    tomb.lineage.record_suppressions("e1", [tomb.lineage.artifact("docs", i) for i in mine])
+    path = tomb.config.stores["docs"].options["path"]
+    docs, bare = DocStore(path, lineage=tomb.lineage, store="docs"), DocStore(path)
+    try:
+        paths = {
+            "get": [d.id for i in mine + theirs if (d := docs.get(i))],
+            "get_many": [d.id for d in docs.get_many(mine + theirs)],
+            "find": [d.id for d in docs.find(n=0)],
+            "search": [d.id for d in docs.search("shared")],
+            "all": [d.id for d in docs.all()],
+        }
+        for name, returned in paths.items():
+            assert not set(returned) & set(mine), f"{name} returned a suppressed document"
+            assert set(returned) & set(theirs), f"{name} lost the survivor (the path is not exercised)"
+        assert docs.count() == 1
+        assert {d.id for d in bare.get_many(mine)} == set(mine) and bare.count() == 3  # control
+    finally:
+        docs.close()
+        bare.close()
+
+
 def test_find_rejects_hostile_metadata_key(tomb):
     docs = DocStore(tomb.config.stores["docs"].options["path"])
     with pytest.raises(Exception, match="invalid metadata key"):

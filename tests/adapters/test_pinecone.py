@@ -151,6 +151,35 @@ def test_every_read_path_hides_suppressed(pctomb, emulator):
         assert set(returned) & set(theirs), f"{name} returned no survivor: path not exercised"
 
 
+def test_every_read_path_hides_ids_suppressed_in_the_lineage_db_before_the_flag_is_written(pctomb, emulator,
+                                                                                             monkeypatch):
+    """An erasure records its suppression in the lineage db before it writes the flag: a wrapper with the
+    lineage db leaves those ids out from then on (a ``$nin`` in the filter, then a post-filter; past the
+    most one ``$nin`` takes, a wider ask). Control: a wrapper without the lineage db still returns them."""
+    from tombstone_adapters.pinecone import wrapper as pc_wrapper
+
+    mine = write(pctomb, emulator, "alice", 3, texts=[text("shared words")] * 3)
+    theirs = write(pctomb, emulator, "bob", 4)
+    settle(emulator)
+    pctomb.lineage.record_suppressions("e1", [pctomb.lineage.artifact("pc", i) for i in mine])
+    view = app(pctomb, emulator)
+    bare = TombstonePinecone(index(emulator), namespace="tenant-a", lineage=None, store="pc",
+                             embedder=HashingEmbedder(DIM))
+    assert set(mine) <= {m.id for m in bare.query(text=text("shared words"), top_k=10)}  # control
+    assert set(bare.fetch(mine)) == set(mine)
+    for limit in (pc_wrapper.NIN_LIMIT, 2):  # one $nin, then more hidden ids than one $nin takes
+        monkeypatch.setattr(pc_wrapper, "NIN_LIMIT", limit)
+        paths = {
+            "query": [m.id for m in view.query(text=text("shared words"), top_k=4)],
+            "query+filter": [m.id for m in view.query(text="x", top_k=10, filter={"n": {"$lte": 2}})],
+            "fetch": list(view.fetch(mine + theirs)),
+        }
+        for name, returned in paths.items():
+            assert not set(returned) & set(mine), f"{name} returned a suppressed record"
+            assert set(returned) & set(theirs), f"{name} returned no survivor: path not exercised"
+        assert len(paths["query"]) == 4, "k survivors still come back"
+
+
 def test_namespaces_are_kept_apart(pctomb, emulator):
     mine = write(pctomb, emulator, "alice", 2)
     other = TombstonePinecone(index(emulator), namespace="tenant-b", lineage=None, store="pc")
