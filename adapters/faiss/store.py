@@ -37,6 +37,7 @@ import itertools
 import json
 import operator
 import os
+import weakref
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,15 @@ class LazyRecords(MutableMapping):
     def __init__(self, path: Path, labels: dict[str, int], lines: LineIndex) -> None:
         self._path, self._labels, self._lines = path, labels, lines
         self._held: dict[str, dict[str, Any]] = {}
+        self._fd: int | None = None
+        """The records file, opened at the first read and closed with this mapping (a commit appends to and
+        blanks the same file, never replaces it)."""
+
+    def _read(self, offset: int, length: int) -> bytes:
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_RDONLY)
+            weakref.finalize(self, os.close, self._fd)
+        return os.pread(self._fd, length, offset)
 
     def __getitem__(self, key: str) -> dict[str, Any]:
         held = self._held.get(key)
@@ -157,10 +167,7 @@ class LazyRecords(MutableMapping):
         place = self._lines.place(label) if label is not None else None
         if place is None:
             raise KeyError(key)
-        offset, length = place
-        with open(self._path, "rb") as fh:
-            fh.seek(offset)
-            line = fh.read(length)
+        line = self._read(*place)
         try:
             row = orjson.loads(line)
         except orjson.JSONDecodeError:

@@ -625,8 +625,13 @@ def test_a_listing_reads_the_records_lines_in_one_pass_and_equals_reading_each(f
             opened.append(path)
         return real_open(path, *args, **kwargs)
 
-    with mock.patch.object(store_module, "open", counting, create=True):
+    one_line = mock.patch.object(store_module.LazyRecords, "_read", side_effect=AssertionError("a read per line"))
+    with mock.patch.object(store_module, "open", counting, create=True), one_line:
         listing = store.get()
         by_where = store.get(where={"n": 7})
     assert listing == each and list(by_where) == ["bob-vec-00007"]
     assert len(opened) == 1, "one read of the records file for the listing, none for the where after it"
+    fresh = FaissStore(store_dir(ftomb), create=False)
+    with mock.patch.object(store_module.LazyRecords, "_read", wraps=fresh.side["records"]._read) as per_line:
+        assert fresh.get(ids=ids[:3]) == {i: each[i] for i in ids[:3]}
+    assert per_line.call_count == 3  # control: a few records are read line by line
