@@ -384,7 +384,7 @@ class TombstoneCollection:
                                 include=sorted(set(include) | {"metadatas"}), **kwargs)
             return _filter_nested(result, "metadatas" not in include)
         asked = sorted(set(include) | {"metadatas"})
-        rows = _query_rows(query_embeddings)
+        rows = _query_rows(query_embeddings) if hidden else None
         result = self._call("query", query_embeddings=query_embeddings,
                             n_results=n_results if rows is not None else n_results + len(hidden), where=where,
                             where_document=where_document, include=asked, **kwargs)

@@ -88,6 +88,8 @@ class LineIndex:
         self._lengths = lengths if lengths is not None else empty
         self._appended: dict[int, tuple[int, int]] = {}
         self._gone: set[int] = set()
+        self._order: np.ndarray | None = None
+        """The loaded lines' rows sorted by label (for ``place``), made on its first call."""
 
     def update(self, appended: Mapping[int, tuple[int, int]]) -> None:
         self._appended.update(appended)
@@ -96,11 +98,9 @@ class LineIndex:
         """(offset, length) of the lines of ``labels`` that are known and not yet blanked."""
         wanted = [label for label in labels if label not in self._gone]
         out = [self._appended[label] for label in wanted if label in self._appended]
-        loaded = np.fromiter((label for label in wanted if label not in self._appended), np.int64)
-        if len(loaded) and len(self._labels):
-            rows = np.flatnonzero(np.isin(self._labels, loaded))
-            out += list(zip(self._offsets[rows].tolist(), self._lengths[rows].tolist()))
-        return out
+        _, offsets, lengths = self.located(np.fromiter((label for label in wanted if label not in self._appended),
+                                                       np.int64))
+        return out + list(zip(offsets.tolist(), lengths.tolist()))
 
     def forget(self, labels: Sequence[int]) -> None:
         for label in labels:
@@ -126,7 +126,7 @@ class LineIndex:
             return self._appended[label]
         if not len(self._labels):
             return None
-        order = getattr(self, "_order", None)
+        order = self._order
         if order is None:
             order = self._order = np.argsort(self._labels, kind="stable")
         at = int(np.searchsorted(self._labels, label, sorter=order))
@@ -255,15 +255,17 @@ def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIn
         except orjson.JSONDecodeError:  # a line not cut where this writer's lines are: every line whole
             rows = orjson.loads(b"[" + b",".join(live_lines) + b"]")
         del heads
+
+        def ids_and_labels(rows: list[Any]) -> tuple[list[str], np.ndarray]:
+            return (list(map(operator.itemgetter("id"), rows)),
+                    np.fromiter(map(operator.itemgetter("label"), rows), np.int64, len(rows)))
+
         try:
-            ids = list(map(operator.itemgetter("id"), rows))
-            labels_of = np.fromiter(map(operator.itemgetter("label"), rows), np.int64, len(rows))
+            ids, labels_of = ids_and_labels(rows)
         except (KeyError, TypeError):
             # a line not written as id, label, document, metadata: those lines are parsed whole
-            rows = [row if isinstance(row, dict) and "id" in row and "label" in row else orjson.loads(line)
-                    for row, line in zip(rows, live_lines)]
-            ids = list(map(operator.itemgetter("id"), rows))
-            labels_of = np.fromiter(map(operator.itemgetter("label"), rows), np.int64, len(rows))
+            ids, labels_of = ids_and_labels([row if isinstance(row, dict) and "id" in row and "label" in row
+                                             else orjson.loads(line) for row, line in zip(rows, live_lines)])
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"{RECORDS} does not parse: {exc}") from exc
     except (KeyError, TypeError) as exc:
@@ -371,6 +373,9 @@ class FaissStore:
         self.hidden = HiddenIds(lineage, store) if lineage is not None else None
         """Ids suppressed in the lineage db and not yet reclaimed: hidden like excluded labels."""
         self._views: tuple[set[int], dict[int, str]] | None = None
+        self._hidden_cache: tuple[Any, frozenset[str], set[int]] | None = None
+        """(views, the lineage db's hidden set, the labels hidden) as ``_hidden_labels`` last made them."""
+        self._current_path = os.fspath(self.dir / "CURRENT")
         self._lines = LineIndex()
         """Where the records' lines lie in the records file (those not yet blanked)."""
         self._new: list[str] = []
@@ -443,10 +448,7 @@ class FaissStore:
         CURRENT is replaced by a rename on every commit, so an unchanged (inode, mtime, size) means an
         unchanged generation and costs one ``stat`` instead of reading and parsing the file."""
         try:
-            path = getattr(self, "_current_path", None)
-            if path is None:
-                path = self._current_path = os.fspath(self.dir / "CURRENT")
-            st = os.stat(path)
+            st = os.stat(self._current_path)
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
             if stamp == getattr(self, "_current_stamp", None):
                 return
@@ -642,7 +644,7 @@ class FaissStore:
         hidden = self.hidden.current() if self.hidden is not None else frozenset()
         if not hidden:
             return views[0]
-        cached = getattr(self, "_hidden_cache", None)
+        cached = self._hidden_cache
         if cached is not None and cached[0] is views and cached[1] is hidden:
             return cached[2]
         labels = self.side["labels"]
@@ -662,7 +664,7 @@ class FaissStore:
             candidates = self.ids()
         else:
             hidden = self._hidden_labels()
-            candidates = [i for i in ids if i in records and self._visible_id(i, hidden)]
+            candidates = [i for i in ids if self._visible_id(i, hidden)]
         if isinstance(records, LazyRecords):
             records.hold(candidates)
         out = {}
@@ -709,23 +711,18 @@ class FaissStore:
         id_of = self._id_of()
         if not total:
             return [[] for _ in queries]
-        if not excluded and not where:
-            # Nothing hidden, no filter: the index's own search, all queries at once.
-            dist, labels = self.index.search(queries, min(k, total))
-            return [[(id_of[label], d) for d, label in zip(drow, lrow) if label in id_of]
-                    for drow, lrow in zip(dist.tolist(), labels.tolist())]
         todo = list(range(len(queries)))
         results: list[list[tuple[str, float]]] = [[] for _ in queries]
         if not where:
-            # The index's own search, all queries at once, hidden labels dropped from its results. Only a
-            # query that lost one of its top k to that drop is searched again below, past the hidden labels
-            # (something hidden is a few of the store's records: most queries never meet one).
+            # The index's own search, all queries at once, hidden labels dropped from its results (label -1,
+            # a short result, maps to no id). Only a query that lost one of its top k to that drop is searched
+            # again below, past the hidden labels (something hidden is a few of the store's records: most
+            # queries never meet one).
             dist, labels = self.index.search(queries, min(k, total))
             todo = []
             for q, (drow, lrow) in enumerate(zip(dist.tolist(), labels.tolist())):
-                hits = [(id_of[label], float(d)) for d, label in zip(drow, lrow)
-                        if label >= 0 and label in id_of and label not in excluded]
-                if len(hits) < len(lrow) and any(label in excluded for label in lrow):
+                hits = [(id_of[label], d) for d, label in zip(drow, lrow) if label in id_of and label not in excluded]
+                if excluded and len(hits) < len(lrow) and any(label in excluded for label in lrow):
                     todo.append(q)
                 else:
                     results[q] = hits

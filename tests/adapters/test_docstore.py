@@ -54,6 +54,21 @@ class TestDocstoreConformance(AdapterConformance):
                               vendor_failure=vendor_failure)
 
 
+def assert_every_read_path_hides(docs: DocStore, mine: list[str], theirs: list[str]) -> None:
+    """No read path returns ``mine``; each returns some of ``theirs`` (so each is exercised); one survivor."""
+    paths = {
+        "get": [d.id for i in mine + theirs if (d := docs.get(i))],
+        "get_many": [d.id for d in docs.get_many(mine + theirs)],
+        "find": [d.id for d in docs.find(n=0)],
+        "search": [d.id for d in docs.search("shared")],
+        "all": [d.id for d in docs.all()],
+    }
+    for name, returned in paths.items():
+        assert not set(returned) & set(mine), f"{name} returned a suppressed document"
+        assert set(returned) & set(theirs), f"{name} lost the survivor (the path is not exercised)"
+    assert docs.count() == 1
+
+
 def test_every_read_path_hides_suppressed(tomb):
     mine = write_docs(tomb, "alice", 2, texts=["alpha shared words", "beta words"])
     theirs = write_docs(tomb, "bob", 1, texts=["gamma shared words"])
@@ -61,17 +76,7 @@ def test_every_read_path_hides_suppressed(tomb):
     adapter.suppress([tomb.lineage.artifact("docs", i) for i in mine])
     docs = DocStore(tomb.config.stores["docs"].options["path"])
     try:
-        paths = {
-            "get": [d.id for i in mine + theirs if (d := docs.get(i))],
-            "get_many": [d.id for d in docs.get_many(mine + theirs)],
-            "find": [d.id for d in docs.find(n=0)],
-            "search": [d.id for d in docs.search("shared")],
-            "all": [d.id for d in docs.all()],
-        }
-        for name, returned in paths.items():
-            assert not set(returned) & set(mine), f"{name} returned a suppressed document"
-            assert set(returned) & set(theirs), f"{name} lost the survivor (the path is not exercised)"
-        assert docs.count() == 1
+        assert_every_read_path_hides(docs, mine, theirs)
     finally:
         docs.close()
 
@@ -86,17 +91,7 @@ def test_every_read_path_hides_ids_suppressed_in_the_lineage_db_before_the_flag_
     path = tomb.config.stores["docs"].options["path"]
     docs, bare = DocStore(path, lineage=tomb.lineage, store="docs"), DocStore(path)
     try:
-        paths = {
-            "get": [d.id for i in mine + theirs if (d := docs.get(i))],
-            "get_many": [d.id for d in docs.get_many(mine + theirs)],
-            "find": [d.id for d in docs.find(n=0)],
-            "search": [d.id for d in docs.search("shared")],
-            "all": [d.id for d in docs.all()],
-        }
-        for name, returned in paths.items():
-            assert not set(returned) & set(mine), f"{name} returned a suppressed document"
-            assert set(returned) & set(theirs), f"{name} lost the survivor (the path is not exercised)"
-        assert docs.count() == 1
+        assert_every_read_path_hides(docs, mine, theirs)
         assert {d.id for d in bare.get_many(mine)} == set(mine) and bare.count() == 3  # control
     finally:
         docs.close()

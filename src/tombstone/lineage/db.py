@@ -750,11 +750,7 @@ class LineageDB:
         return [self._saga(row) for row in rows]
 
     def journal(self, saga_id: str, step: str, target: str, phase: str, detail: dict[str, Any] | None = None) -> None:
-        with self.atomic() as conn:
-            conn.execute(
-                "INSERT INTO journal (saga_id, step, target, phase, at, detail, worker) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (saga_id, step, target, phase, self._now(), json.dumps(detail or {}, sort_keys=True), self.worker),
-            )
+        self.journal_many([(saga_id, step, target, phase, detail)])
 
     def journal_many(self, entries: Sequence[tuple[str, str, str, str, dict[str, Any] | None]]) -> None:
         """``journal`` for several sagas' entries (saga id, step, target, phase, detail) in one transaction:

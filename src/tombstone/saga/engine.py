@@ -622,21 +622,13 @@ def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[li
         return
     point = f"saga:{step}:{target or '-'}"
     kill_point(f"{point}:before")
-    _journal(pending, step, target, "begin", lambda s: None)
+    lineage = pending[0].lineage  # a batch's sagas share their context's lineage db: one transaction a phase
+    lineage.journal_many([(s.saga_id, step, target, "begin", None) for s in pending])
     kill_point(f"{point}:acting")
     results = action(pending)
     kill_point(f"{point}:acted")
-    _journal(pending, step, target, "end", lambda s: results[s.saga_id])
+    lineage.journal_many([(s.saga_id, step, target, "end", results[s.saga_id]) for s in pending])
     kill_point(f"{point}:done")
-
-
-def _journal(sagas: Sequence[Saga], step: str, target: str, phase: str, detail: Callable[[Saga], Any]) -> None:
-    """Journal one phase of a step for every saga, one transaction per lineage db (a batch has one)."""
-    by_db: dict[int, list[Saga]] = {}
-    for s in sagas:
-        by_db.setdefault(id(s.lineage), []).append(s)
-    for group in by_db.values():
-        group[0].lineage.journal_many([(s.saga_id, step, target, phase, detail(s)) for s in group])
 
 
 def _store_reclaim_steps(saga: Saga, store: str) -> None:
