@@ -125,7 +125,7 @@ class FaissAdapter(FaissHooks, Adapter):
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         store = self.faiss
         probe_vectors = probe_vectors or {}
-        dim, total = store.index.d, store.index.ntotal
+        dim, total = store.dim, store.ntotal
         id_of = store._id_of()
 
         def raw(vectors: np.ndarray, k: int):
@@ -172,7 +172,7 @@ class FaissAdapter(FaissHooks, Adapter):
     def _candidates(self, ids: list[str | None]) -> np.ndarray:
         known = [i for i in ids if i is not None and i in self.faiss.side["labels"]]
         if len(known) != len(ids):
-            return np.zeros((0, self.faiss.index.d), dtype=np.float32)
+            return np.zeros((0, self.faiss.dim), dtype=np.float32)
         return self.faiss.vectors(known)
 
     def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
@@ -180,10 +180,10 @@ class FaissAdapter(FaissHooks, Adapter):
         labels no id maps to any more are left out."""
         store = self.faiss
         store.refresh()
-        vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, store.index.d)
-        fetch = min(store.index.ntotal, k + len(exclude))
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, store.dim)
+        fetch = min(store.ntotal, k + len(exclude))
         if fetch <= 0:
-            return [Neighbours([], [], np.zeros((0, store.index.d))) for _ in vectors]
+            return [Neighbours([], [], np.zeros((0, store.dim))) for _ in vectors]
         dist, labels = store.raw_search(vectors, fetch)
         id_of = store._id_of()
         out = []

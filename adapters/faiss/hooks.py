@@ -21,8 +21,8 @@ class FaissHooks:
 
         index = FaissStore(options["path"], dim=kit.embedding_dim, lineage=kit.lineage, store=store,
                            embedder=kit.embedder())
-        if index.index.d != kit.embedding_dim:
-            raise ConfigError(f"the FAISS store at {options['path']} has dimension {index.index.d},"
+        if index.dim != kit.embedding_dim:
+            raise ConfigError(f"the FAISS store at {options['path']} has dimension {index.dim},"
                               f" the demo embeds {kit.embedding_dim}")
         for ref in subjects:
             ids, texts, metas = kit.chunks(ref)

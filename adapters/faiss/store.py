@@ -19,8 +19,12 @@ the switch leaves N intact (its records end at its committed length; nothing of 
 N+1, whose state names the lines to blank, which the next writer blanks if the crash came first. So an
 exclusion, or an in-place reclaim of one subject, writes what changed, not every record of the store.
 
-Opening a store reads the index and parses each live line's id and label only (every line starts with
-them); a record's document and metadata are read from its line when first asked for (:class:`LazyRecords`).
+Opening a store maps the index file's flat vectors read-only (``faiss.IO_FLAG_MMAP_IFC``; the graph and the id
+map are read) and parses each live line's id and label only (every line starts with them); a record's document
+and metadata are read from its line when first asked for (:class:`LazyRecords`). Searches read the vectors
+where the file keeps them. The first change to the index in memory (an ``add``, a zeroing that cannot go
+through the file, ``FaissStore.index`` asked for by a caller) reads the vectors in first; the in-place reclaim
+writes its zeros into the file, which the shared mapping shows at once.
 
 A store written as ``sidecar-<N>.json`` (every record in one JSON document) is read as before, and its next
 commit writes it in this layout.
@@ -289,6 +293,16 @@ def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIn
     return side, lines_at, to_blank
 
 
+def _read_index(path: Path) -> tuple[Any, bool]:
+    """``path``'s index, its flat vectors mapped read-only where faiss can map them (True), else read in."""
+    try:
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC), True
+    except RuntimeError:
+        if not path.exists():
+            raise
+    return faiss.read_index(str(path)), False
+
+
 def _link(source: Path, target: Path) -> bool:
     """Hard-link ``target`` to ``source`` (replacing a leftover ``target``); False where links are refused."""
     try:
@@ -399,7 +413,8 @@ class FaissStore:
             if metric not in _METRICS:
                 raise ValueError(f"metric must be one of {sorted(_METRICS)}")
             self.dir.mkdir(parents=True, exist_ok=True)
-            self.index = self._new_index(dim, m, ef_construction, ef_search, _METRICS[metric])
+            self._index = self._new_index(dim, m, ef_construction, ef_search, _METRICS[metric])
+            self._mapped = False
             self.generation = 0
             self.side: dict[str, Any] = {"next_label": 0, "labels": {}, "excluded": [], "zeroed": [],
                                          "records": {}, "records_length": 0}
@@ -425,7 +440,7 @@ class FaissStore:
         for attempt in range(_LOAD_TRIES):
             try:
                 generation = current_generation(self.dir)
-                index = faiss.read_index(str(self._index_file(generation)))
+                index, mapped = _read_index(self._index_file(generation))
                 side, lines, to_blank = read_generation(self.dir, generation)
                 break
             except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
@@ -437,7 +452,7 @@ class FaissStore:
                 if moved and attempt + 1 < _LOAD_TRIES:
                     continue
                 raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
-        self.generation, self.index, self.side = generation, index, side
+        self.generation, self._index, self._mapped, self.side = generation, index, mapped, side
         self._lines, self._new, self._dead = lines, [], set(to_blank)
         self._rewrite_records = not self._state_file(generation).exists()
         self._views = None
@@ -493,7 +508,30 @@ class FaissStore:
 
     @property
     def hnsw(self) -> Any:
-        return faiss.downcast_index(self.index.index)
+        return faiss.downcast_index(self._index.index)
+
+    @property
+    def index(self) -> Any:
+        """The ``IndexIDMap2``, its vectors in memory: a caller may change it (then ``commit()``). A loaded store
+        maps its vectors from the committed file read-only; the first time it is asked for here they are read
+        in (once per loaded generation), since a write to a mapped vector would not be the process's own."""
+        return self._own()
+
+    @property
+    def dim(self) -> int:
+        return self._index.d
+
+    @property
+    def ntotal(self) -> int:
+        return self._index.ntotal
+
+    def _own(self) -> Any:
+        """The index with its vectors in memory: copied out of the mapping if they are mapped (from memory, not
+        the file, which a newer generation may have removed since)."""
+        if self._mapped:
+            self._index = faiss.deserialize_index(faiss.serialize_index(self._index))
+            self._mapped = False
+        return self._index
 
     def commit(self, index_changed: bool = True) -> None:
         """Persist a new generation, atomically, and drop the old ones (see the module's docstring). When only
@@ -518,7 +556,7 @@ class FaissStore:
         try:
             length, appended = self._append_records()
             if index_changed or not _link(previous, self.index_path):
-                _write_atomic(self.index_path, faiss.serialize_index(self.index).tobytes())
+                _write_atomic(self.index_path, faiss.serialize_index(self._index).tobytes())
             state = {"next_label": self.side["next_label"], "excluded": self.side["excluded"],
                      "zeroed": self.side.get("zeroed", []), "records_length": length, "dead": dead}
             _write_atomic(self.state_path, json.dumps(state, sort_keys=True).encode("utf-8"))
@@ -610,7 +648,7 @@ class FaissStore:
             raise ValueError("ids must be new and distinct")
         start = self.side["next_label"]
         labels = np.arange(start, start + len(ids), dtype=np.int64)
-        self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), labels)
+        self._own().add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), labels)
         docs = list(documents) if documents is not None else [None] * len(ids)
         metas = list(metadatas) if metadatas is not None else [None] * len(ids)
         for i, label, doc, meta in zip(ids, labels.tolist(), docs, metas):
@@ -694,7 +732,7 @@ class FaissStore:
 
     def raw_search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The index's own search: no exclusion, labels as stored."""
-        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+        return self._index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
 
     def search(self, query_embeddings=None, query_texts=None, k: int = 10, where=None) -> list[list[tuple[str, float]]]:
         """Nearest records per query as (id, distance), excluded and filtered-out records never returned.
@@ -705,8 +743,8 @@ class FaissStore:
         self.refresh()
         if query_texts is not None:
             query_embeddings = embed(self.embedder, list(query_texts))
-        queries = np.ascontiguousarray(np.asarray(query_embeddings, dtype=np.float32).reshape(-1, self.index.d))
-        total = self.index.ntotal
+        queries = np.ascontiguousarray(np.asarray(query_embeddings, dtype=np.float32).reshape(-1, self._index.d))
+        total = self._index.ntotal
         excluded = self._hidden_labels()
         id_of = self._id_of()
         if not total:
@@ -718,7 +756,7 @@ class FaissStore:
             # a short result, maps to no id). Only a query that lost one of its top k to that drop is searched
             # again below, past the hidden labels (something hidden is a few of the store's records: most
             # queries never meet one).
-            dist, labels = self.index.search(queries, min(k, total))
+            dist, labels = self._index.search(queries, min(k, total))
             todo = []
             for q, (drow, lrow) in enumerate(zip(dist.tolist(), labels.tolist())):
                 hits = [(id_of[label], d) for d, label in zip(drow, lrow) if label in id_of and label not in excluded]
@@ -748,7 +786,7 @@ class FaissStore:
 
         first = min(total, max(k, 1) * 2)
         # The remaining queries in one call; only one left short of k visible results is searched again, wider.
-        dist, labels = self.index.search(queries[todo], first, params=params)
+        dist, labels = self._index.search(queries[todo], first, params=params)
         for q, drow, lrow in zip(todo, dist.tolist(), labels.tolist()):
             hits = visible(drow, lrow)
             if len(hits) >= k or first >= total:
@@ -756,7 +794,7 @@ class FaissStore:
                 continue
             fetch = min(total, first * 4)
             while True:
-                d1, l1 = self.index.search(queries[q][None, :], fetch, params=params)
+                d1, l1 = self._index.search(queries[q][None, :], fetch, params=params)
                 hits = visible(d1[0].tolist(), l1[0].tolist())
                 if len(hits) >= k or fetch >= total:
                     results[q] = hits[:k]
@@ -767,8 +805,8 @@ class FaissStore:
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         labels = [self.side["labels"][i] for i in ids]
         if not labels:
-            return np.zeros((0, self.index.d), dtype=np.float32)
-        return self.index.reconstruct_batch(np.asarray(labels, dtype=np.int64))
+            return np.zeros((0, self._index.d), dtype=np.float32)
+        return self._index.reconstruct_batch(np.asarray(labels, dtype=np.int64))
 
     # -- used by the adapter ------------------------------------------------------------------
 
@@ -818,7 +856,7 @@ class FaissStore:
             return {"mechanism": "rebuild", **self._rebuild(sorted(erase_set))}
         # Vectors whose id the app already dropped (remove_ids cannot, on HNSW) are zeroed with them: no id
         # names them, so no erasure could ever ask for them by name.
-        in_index = faiss.vector_to_array(self.index.id_map)
+        in_index = faiss.vector_to_array(self._index.id_map)
         mapped = np.fromiter(self.side["labels"].values(), np.int64, len(self.side["labels"]))
         known_zero = np.fromiter(self.side.get("zeroed", []), np.int64)
         orphans = set(in_index[~np.isin(in_index, mapped) & ~np.isin(in_index, known_zero)].tolist()) - labels
@@ -826,19 +864,31 @@ class FaissStore:
         slots: list[int] = []
         offset = None
         d = storage.d
+        on_disk = False
         if labels:
             slots = np.flatnonzero(np.isin(in_index, np.fromiter(labels, np.int64))).tolist()
             # where the committed file keeps the vectors, read before the copy in memory changes
-            offset = flat_codes_offset(self.index_path, self.index)
-            flat = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * d)  # a view: writes go to the index
-            for slot in slots:
-                flat[slot * d : (slot + 1) * d] = 0.0
+            offset = flat_codes_offset(self.index_path, self._index)
+            if self._mapped and offset is not None:
+                # The vectors in memory are the file's, mapped: the zeros go into the file where those vectors
+                # lie, and the mapping shows them (checked below; a mapping that does not is read in and zeroed).
+                kill_point("reclaim:faiss:zeroed-in-memory")
+                on_disk = _zero_slots(self.index_path, offset, slots, 4 * d)
+                flat = faiss.rev_swig_ptr(faiss.downcast_index(self.hnsw.storage).get_xb(), self._index.ntotal * d)
+                if on_disk and any(np.any(flat[slot * d:(slot + 1) * d]) for slot in slots):
+                    on_disk = False
+            if not on_disk:
+                self._own()
+                storage = faiss.downcast_index(self.hnsw.storage)
+                flat = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * d)  # a view: writes go to the index
+                for slot in slots:
+                    flat[slot * d : (slot + 1) * d] = 0.0
+                kill_point("reclaim:faiss:zeroed-in-memory")
+                # The same zeros written into the committed index file where those vectors lie: the slots are
+                # excluded from every read path already, so a crash midway leaves nothing visible, and the
+                # next attempt writes the same zeros again. The next generation then links this file.
+                on_disk = offset is not None and _zero_slots(self.index_path, offset, slots, 4 * d)
         zeroed = len(slots)
-        kill_point("reclaim:faiss:zeroed-in-memory")
-        # The same zeros written into the committed index file where those vectors lie: the slots are
-        # excluded from every read path already, so a crash midway leaves nothing visible, and the next
-        # attempt writes the same zeros again. The next generation then links this file.
-        on_disk = offset is not None and _zero_slots(self.index_path, offset, slots, 4 * d)
         if on_disk:
             kill_point("reclaim:faiss:zeroed-on-disk")
         for i in erase_set:
@@ -850,7 +900,7 @@ class FaissStore:
         return {"mechanism": "in-place", "vectors_zeroed": zeroed, "ids_dropped": len(erase_set),
                 "index_file": "zeroed where it lies" if on_disk else "written anew",
                 "orphans_zeroed": len(orphans),
-                "zeroed_slots_total": len(self.side["zeroed"]), "vectors_in_index": self.index.ntotal}
+                "zeroed_slots_total": len(self.side["zeroed"]), "vectors_in_index": self._index.ntotal}
 
     def compact(self) -> dict[str, Any]:
         """Rebuild the graph from the live records, dropping every zeroed slot and its links."""
@@ -871,15 +921,15 @@ class FaissStore:
         erased_labels = {label for i, label in self.side["labels"].items() if i in erase_set}
         survivors = sorted((label, i) for i, label in self.side["labels"].items() if i not in erase_set)
         old = self.hnsw
-        fresh = self._new_index(self.index.d, old.hnsw.nb_neighbors(1), old.hnsw.efConstruction,
+        fresh = self._new_index(self._index.d, old.hnsw.nb_neighbors(1), old.hnsw.efConstruction,
                                 old.hnsw.efSearch, old.metric_type)
         if survivors:
             labels = np.array([label for label, _ in survivors], dtype=np.int64)
-            vectors = np.stack([self.index.reconstruct(int(label)) for label in labels])
+            vectors = np.stack([self._index.reconstruct(int(label)) for label in labels])
             fresh.add_with_ids(vectors, labels)
-        before = self.index.ntotal
+        before = self._index.ntotal
         kill_point("reclaim:faiss:rebuilt-in-memory")
-        self.index = fresh
+        self._index, self._mapped = fresh, False
         for i in erase_set:
             self._drop(i)
         # Labels no id maps to any more (the app dropped the mapping) are not survivors either.

@@ -377,6 +377,44 @@ def test_in_place_erasure_writes_zeros_into_the_committed_file_and_links_it(ftom
     assert not set(theirs) & set(store.get())
 
 
+def test_an_opened_store_maps_its_vectors_and_the_in_place_zeros_reach_every_reader(ftomb):
+    """Opening a store maps its vectors from the index file instead of reading them in, so the in-place
+    reclaim's zeros, written into the file, are what a process that opened the store before the erasure sees:
+    it keeps no copy of the erased vectors. Control: a process that took the vectors into its own memory
+    (``FaissStore.index``, as a caller that changes the index does) still holds them until it reloads. An
+    app's next write through the mapped reader reads the vectors in and commits as before; a zeroing that
+    cannot go through the file zeroes the vectors in memory and writes the index anew."""
+    import tombstone_adapters.faiss.store as store_module
+
+    mine = write(ftomb, "alice", 3)
+    write(ftomb, "bob", 20)
+    reader, owner = FaissStore(store_dir(ftomb), create=False), FaissStore(store_dir(ftomb), create=False)
+    assert reader._mapped and owner._mapped
+    owner.index  # its vectors read into its own memory
+    assert not owner._mapped
+    labels = [reader.side["labels"][i] for i in mine]
+    before = np.stack([reader._index.reconstruct(label) for label in labels])
+    assert np.abs(before).sum(axis=1).min() > 0  # control: the vectors are there
+    receipt, _ = ftomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["index_file"] == "zeroed where it lies"
+    assert not np.any([reader._index.reconstruct(label) for label in labels]), "the mapping shows the zeros"
+    assert np.array_equal(np.stack([owner._index.reconstruct(label) for label in labels]), before), \
+        "control: a copy in a process's own memory keeps them until it reloads"
+    theirs = write(ftomb, "carol", 2)
+    reader.add(["dave-0"], documents=[text("dave")], embeddings=np.ones((1, DIM), np.float32))
+    assert not reader._mapped and reader.ntotal == 26
+    assert sorted(reader.get(ids=["dave-0", *theirs, *mine])) == sorted(["dave-0", *theirs])
+    reopened = FaissStore(store_dir(ftomb), create=False)
+    assert reopened._mapped and reopened.search(query_embeddings=np.ones((1, DIM)), k=1)[0][0][0] == "dave-0"
+    with mock.patch.object(store_module, "_zero_slots", return_value=False):
+        receipt, _ = ftomb.erase("carol")
+    assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["index_file"] == "written anew"
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    fps = [ftomb.lineage.artifact("vec", i).fingerprint for i in theirs]
+    assert not any(scan(store_dir(ftomb), fingerprint_bytes(fp)) for fp in fps)
+
+
 def test_logical_probe_searches_only_ids_the_map_still_holds_and_agrees_with_a_full_search(ftomb):
     """Both FAISS searches name their results through the id map, so an id the map no longer holds cannot be
     returned by any search: its probe vectors are not searched. The verdicts equal those of searching every
