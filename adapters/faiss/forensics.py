@@ -1,5 +1,6 @@
 """``tombstone scan`` for a FAISS store (``IndexHNSWFlat`` inside ``IndexIDMap2``, see ``store``), read
-with ``faiss.read_index`` and plain file reads (nothing is written, no lock file is made):
+with ``faiss.read_index`` (the flat vectors mapped read-only where faiss can map them) and plain file reads
+(nothing is written, no lock file is made):
 
 - vectors whose label no id of the store maps to any more (what ``remove_ids`` cannot do on HNSW, so an
   app forgets the mapping and the vector stays);
@@ -20,7 +21,7 @@ import numpy as np
 from tombstone.errors import ConfigError
 from tombstone.scan import ScanPlace, ScanReport
 
-from .store import RECORDS, current_generation, read_generation
+from .store import RECORDS, _read_index, current_generation, read_generation
 
 
 def _nonzero(chunk: bytes) -> int:
@@ -44,29 +45,35 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
         generation = current_generation(root)
         index_file = root / f"index-{generation:06d}.faiss"
         side, lines, to_blank = read_generation(root, generation)
-        index = faiss.read_index(str(index_file))
+        index, _ = _read_index(index_file)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
         raise ConfigError(f"store {store!r}: no readable FAISS store at {root}: {exc}", store=store) from exc
     report = ScanReport(store=store, backend=backend)
     labels = faiss.vector_to_array(index.id_map) if hasattr(index, "id_map") else np.arange(index.ntotal)
     base = faiss.downcast_index(index.index) if hasattr(index, "index") else index
     storage = faiss.downcast_index(base.storage) if hasattr(base, "storage") else base
-    codes = faiss.vector_to_array(storage.codes).tobytes() if hasattr(storage, "codes") else b""
     width = storage.code_size if hasattr(storage, "code_size") else 0
-    live = {int(label): ident for ident, label in side.get("labels", {}).items()}
-    excluded = {int(label) for label in side.get("excluded", [])}
-    orphan = [0, 0]
-    hidden: list[Any] = [0, 0, []]
-    for slot, label in enumerate(labels.tolist()):
-        held = _nonzero(codes[slot * width:(slot + 1) * width]) if width else 0
-        if label not in live:
-            if held:
-                orphan[0] += 1
-                orphan[1] += held
-        elif label in excluded and held:
-            hidden[0] += 1
-            hidden[1] += held
-            hidden[2].append(live[label])
+    if width and hasattr(storage, "codes") and labels.size:
+        # the codes where they lie (mapped from the file, or in memory), one row per slot, never written
+        if hasattr(storage.codes, "data"):
+            codes = faiss.rev_swig_ptr(storage.codes.data(), labels.size * width).reshape(labels.size, width)
+            codes.flags.writeable = False
+        else:  # an older faiss: a copy
+            codes = faiss.vector_to_array(storage.codes).reshape(labels.size, width)
+    else:
+        codes, width = np.zeros((labels.size, 0), np.uint8), 0
+    mapped = side.get("labels", {})
+    live_ids, live_labels = list(mapped), np.fromiter(mapped.values(), np.int64, len(mapped))
+    excluded = np.fromiter({int(label) for label in side.get("excluded", [])}, np.int64)
+    gone = ~np.isin(labels, live_labels)
+    held = np.isin(labels, excluded) & ~gone
+    # bytes that are not zero in each slot of interest only (slots of live ids are not read)
+    orphan_bytes = np.count_nonzero(codes[gone], axis=1) if width else np.zeros(int(gone.sum()), np.int64)
+    hidden_bytes = np.count_nonzero(codes[held], axis=1) if width else np.zeros(int(held.sum()), np.int64)
+    orphan = [int(np.count_nonzero(orphan_bytes)), int(orphan_bytes.sum())]
+    named = labels[held][hidden_bytes > 0]
+    hidden = [int(named.size), int(hidden_bytes.sum()),
+              [live_ids[k] for k in np.flatnonzero(np.isin(live_labels, named)).tolist()]]
     report.places.append(ScanPlace(
         place=index_file.name, kind="vectors without a live id", count=orphan[0], bytes=orphan[1],
         note="their id is gone from the records, so it cannot be named"))

@@ -295,11 +295,13 @@ def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIn
 
 def _read_index(path: Path) -> tuple[Any, bool]:
     """``path``'s index, its flat vectors mapped read-only where faiss can map them (True), else read in."""
-    try:
-        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC), True
-    except RuntimeError:
-        if not path.exists():
-            raise
+    flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)  # faiss 1.11 and later
+    if flag is not None:
+        try:
+            return faiss.read_index(str(path), flag), True
+        except RuntimeError:
+            if not path.exists():
+                raise
     return faiss.read_index(str(path)), False
 
 

@@ -264,16 +264,21 @@ def test_faiss_own_delete_is_found_and_erasure_leaves_nothing(tmp_path):
             return ids
 
         mine = write("alice", 4)
-        write("bob", 6)
+        theirs = write("bob", 6)
         assert scan_json(config.path, "vec")[0] == EXIT_OK
         adapter = tomb.adapter("vec")
         adapter.native_delete([tomb.lineage.artifact("vec", i) for i in mine])  # HNSW: the mapping goes
+        adapter.faiss.exclude(theirs[:2])  # suppressed, not reclaimed: hidden, still stored
         before = hashes(path.parent)
         code, report = scan_json(config.path, "vec")
         assert hashes(path.parent) == before, "the scan changed a byte of the store"
         assert code == EXIT_ACTION_NEEDED
         orphans = next(p for p in report["places"] if p["kind"] == "vectors without a live id")
-        assert orphans["count"] == len(mine) and orphans["bytes"] > 0
+        assert orphans["count"] == len(mine) and 0 < orphans["bytes"] <= 4 * 32 * len(mine)
+        hidden = next(p for p in report["places"] if p["kind"] == "vectors excluded from search (suppressed)")
+        assert hidden["count"] == 2 and sorted(hidden["ids"]) == theirs[:2] and 0 < hidden["bytes"] <= 4 * 32 * 2
+        adapter.faiss.side["excluded"] = []  # bob is not being erased: the store as it was
+        adapter.faiss.commit(index_changed=False)
         receipt, _ = tomb.erase("alice")
     code, report = scan_json(config.path, "vec")
     assert code == EXIT_OK, report
