@@ -415,6 +415,28 @@ def test_an_opened_store_maps_its_vectors_and_the_in_place_zeros_reach_every_rea
     assert not any(scan(store_dir(ftomb), fingerprint_bytes(fp)) for fp in fps)
 
 
+def test_a_store_read_into_memory_is_zeroed_there_and_in_the_file(ftomb, monkeypatch):
+    """Where faiss cannot map the vectors (a faiss before 1.11, a file system without mmap) the store reads
+    them in; the in-place reclaim then zeroes them in memory and in the file where they lie, and the file is
+    what faiss would write for the index in memory. Control: the bytes are there before the erasure."""
+    import tombstone_adapters.faiss.store as store_module
+
+    monkeypatch.delattr(store_module.faiss, "IO_FLAG_MMAP_IFC")
+    mine = write(ftomb, "alice", 3)
+    write(ftomb, "bob", 12)
+    store = FaissStore(store_dir(ftomb), create=False)
+    assert not store._mapped
+    fps = [ftomb.lineage.artifact("vec", i).fingerprint for i in mine]
+    assert all(scan(store_dir(ftomb), fingerprint_bytes(fp)) for fp in fps)  # control
+    receipt, _ = ftomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["index_file"] == "zeroed where it lies"
+    assert not any(scan(store_dir(ftomb), fingerprint_bytes(fp)) for fp in fps)
+    adapter_store = ftomb.adapter("vec").faiss
+    assert not adapter_store._mapped
+    assert adapter_store.index_path.read_bytes() == faiss.serialize_index(adapter_store._index).tobytes()
+
+
 def test_logical_probe_searches_only_ids_the_map_still_holds_and_agrees_with_a_full_search(ftomb):
     """Both FAISS searches name their results through the id map, so an id the map no longer holds cannot be
     returned by any search: its probe vectors are not searched. The verdicts equal those of searching every
