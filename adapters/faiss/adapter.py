@@ -126,10 +126,10 @@ class FaissAdapter(FaissHooks, Adapter):
         store = self.faiss
         probe_vectors = probe_vectors or {}
         dim, total = store.dim, store.ntotal
-        id_of = store._id_of()
 
         def raw(vectors: np.ndarray, k: int):
             _, labels = store.raw_search(vectors, k)
+            id_of = store._id_of()  # built when first searched: after a clean erasure nothing is
             ids = [[id_of.get(label) for label in row if label >= 0] for row in labels.tolist()]
             return ids, lambda rows: [self._candidates(ids[r]) for r in rows]
 

@@ -666,10 +666,10 @@ class FaissStore:
     # -- reads (every one hides excluded records) ---------------------------------------------
 
     def _cached(self) -> tuple[set[int], dict[int, str]]:
-        """The excluded labels and label → id, built once per loaded or committed generation."""
+        """The excluded labels and label -> id (filled by ``_id_of`` when first asked for: a listing or a
+        by-id read needs only the first), built once per loaded or committed generation."""
         if getattr(self, "_views", None) is None:
-            self._views = (set(self.side["excluded"]) | set(self.side.get("zeroed", [])),
-                           {label: i for i, label in self.side["labels"].items()})
+            self._views = (set(self.side["excluded"]) | set(self.side.get("zeroed", [])), {})
         return self._views
 
     def _excluded(self) -> set[int]:
@@ -730,7 +730,10 @@ class FaissStore:
         return len(self.ids())
 
     def _id_of(self) -> dict[int, str]:
-        return self._cached()[1]
+        id_of = self._cached()[1]
+        if not id_of and self.side["labels"]:
+            id_of.update(zip(self.side["labels"].values(), self.side["labels"]))
+        return id_of
 
     def raw_search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The index's own search: no exclusion, labels as stored."""

@@ -368,7 +368,7 @@ class LineageDB:
             backend=row["backend"],
             kind=row["kind"],
             subject_key=row["subject_key"],
-            fingerprint=tuple(float(x) for x in np.frombuffer(fp, dtype="<f4")) if fp is not None else None,
+            fingerprint=tuple(np.frombuffer(fp, dtype="<f4").tolist()) if fp is not None else None,
             content_hash=row["content_hash"],
             created_at=row["created_at"],
             state=row["state"],
