@@ -23,7 +23,7 @@ Opening a store maps the index file's flat vectors read-only (``faiss.IO_FLAG_MM
 map are read) and parses each live line's id and label only (every line starts with them); a record's document
 and metadata are read from its line when first asked for (:class:`LazyRecords`). Searches read the vectors
 where the file keeps them. The first change to the index in memory (an ``add``, a zeroing that cannot go
-through the file, ``FaissStore.index`` asked for by a caller) reads the vectors in first; the in-place reclaim
+through the file, ``FaissStore.index`` asked for by a caller) copies the vectors into memory first; the in-place reclaim
 writes its zeros into the file, which the shared mapping shows at once.
 
 A store written as ``sidecar-<N>.json`` (every record in one JSON document) is read as before, and its next
@@ -515,8 +515,8 @@ class FaissStore:
     @property
     def index(self) -> Any:
         """The ``IndexIDMap2``, its vectors in memory: a caller may change it (then ``commit()``). A loaded store
-        maps its vectors from the committed file read-only; the first time it is asked for here they are read
-        in (once per loaded generation), since a write to a mapped vector would not be the process's own."""
+        maps its vectors from the committed file read-only (a write there would crash the process); the first
+        time it is asked for here they are copied into memory, once per loaded generation."""
         return self._own()
 
     @property
