@@ -129,7 +129,7 @@ class FaissAdapter(FaissHooks, Adapter):
 
         def raw(vectors: np.ndarray, k: int):
             _, labels = store.raw_search(vectors, k)
-            id_of = store._id_of()  # built when first searched: after a clean erasure nothing is
+            id_of = store._id_of()  # built when first needed: after a clean erasure nothing is searched
             ids = [[id_of.get(label) for label in row if label >= 0] for row in labels.tolist()]
             return ids, lambda rows: [self._candidates(ids[r]) for r in rows]
 

@@ -62,8 +62,8 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
             codes = faiss.vector_to_array(storage.codes).reshape(labels.size, width)
     else:
         codes, width = np.zeros((labels.size, 0), np.uint8), 0
-    mapped = side.get("labels", {})
-    live_ids, live_labels = list(mapped), np.fromiter(mapped.values(), np.int64, len(mapped))
+    id_labels = side.get("labels", {})
+    live_ids, live_labels = list(id_labels), np.fromiter(id_labels.values(), np.int64, len(id_labels))
     excluded = np.fromiter({int(label) for label in side.get("excluded", [])}, np.int64)
     gone = ~np.isin(labels, live_labels)
     held = np.isin(labels, excluded) & ~gone
