@@ -61,15 +61,15 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
         else:  # an older faiss: a copy
             codes = faiss.vector_to_array(storage.codes).reshape(labels.size, width)
     else:
-        codes, width = np.zeros((labels.size, 0), np.uint8), 0
+        codes = np.zeros((labels.size, 0), np.uint8)
     id_labels = side.get("labels", {})
     live_ids, live_labels = list(id_labels), np.fromiter(id_labels.values(), np.int64, len(id_labels))
     excluded = np.fromiter({int(label) for label in side.get("excluded", [])}, np.int64)
     gone = ~np.isin(labels, live_labels)
     held = np.isin(labels, excluded) & ~gone
     # bytes that are not zero in each slot of interest only (slots of live ids are not read)
-    orphan_bytes = np.count_nonzero(codes[gone], axis=1) if width else np.zeros(int(gone.sum()), np.int64)
-    hidden_bytes = np.count_nonzero(codes[held], axis=1) if width else np.zeros(int(held.sum()), np.int64)
+    orphan_bytes = np.count_nonzero(codes[gone], axis=1)  # zeros where no codes were read (width 0)
+    hidden_bytes = np.count_nonzero(codes[held], axis=1)
     orphan = [int(np.count_nonzero(orphan_bytes)), int(orphan_bytes.sum())]
     named = labels[held][hidden_bytes > 0]
     hidden = [int(named.size), int(hidden_bytes.sum()),
