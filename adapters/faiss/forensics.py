@@ -6,7 +6,9 @@ with ``faiss.read_index`` (the flat vectors mapped read-only where faiss can map
   app forgets the mapping and the vector stays);
 - vectors of labels the store excludes from search (suppressed, awaiting a reclaim);
 - files of other generations than ``CURRENT`` names (left by a crash between write and clean-up);
-- in the records file, lines of dropped records a crash left unblanked, and bytes past the committed length.
+- in the records file, lines of dropped records a crash left unblanked, and bytes past the committed length;
+  in the heads files, the ids of those records and bytes past the committed length (heads files the
+  generation does not name count with the other generations' files).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 from tombstone.errors import ConfigError
 from tombstone.scan import ScanPlace, ScanReport
 
-from .store import RECORDS, _read_index, current_generation, read_generation
+from .store import HEAD_IDS, HEADS, RECORDS, _HEAD_COLUMNS, _read_index, current_generation, read_generation
 
 
 def _nonzero(chunk: bytes) -> int:
@@ -94,9 +96,27 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
         report.places.append(ScanPlace(
             place=RECORDS, kind="bytes past the committed length", count=1 if tail else 0, bytes=tail,
             note="written by a commit that did not finish; the next write cuts them off"))
+    heads = side.get("heads")
+    if heads is not None:
+        _, rows, size = (int(v) for v in heads)
+        table = np.fromfile(root / HEADS, dtype="<i8", count=_HEAD_COLUMNS * (rows + 1)).reshape(-1, _HEAD_COLUMNS)[1:]
+        pending = table[np.isin(table[:, 0], np.fromiter(to_blank, np.int64, len(to_blank))) & (table[:, 2] > 0)]
+        with open(root / HEAD_IDS, "rb") as fh:
+            unblanked = sum(_unblanked(_read_at(fh, int(at), int(n))) for at, n in pending[:, 3:5].tolist())
+            fh.seek(size)
+            tail = len(fh.read())
+        tail += max(0, (root / HEADS).stat().st_size - 8 * _HEAD_COLUMNS * (rows + 1))
+        report.places.append(ScanPlace(
+            place=HEAD_IDS, kind="dropped records' ids not yet blanked", count=len(pending), bytes=unblanked,
+            note="the next write or erasure blanks them with their lines"))
+        report.places.append(ScanPlace(
+            place=f"{HEADS}, {HEAD_IDS}", kind="heads past the committed length", count=1 if tail else 0,
+            bytes=tail, note="written by a commit that did not finish; the next write cuts them off"))
     keep = {index_file.name, f"state-{generation:06d}.json", f"sidecar-{generation:06d}.json", RECORDS, "CURRENT"}
+    if heads is not None:
+        keep |= {HEADS, HEAD_IDS}
     stale = [p for p in sorted(root.iterdir()) if p.is_file() and p.name not in keep
-             and (p.name.startswith(("index-", "sidecar-", "state-")))]
+             and (p.name.startswith(("index-", "sidecar-", "state-")) or p.name in (HEADS, HEAD_IDS))]
     report.places.append(ScanPlace(
         place=root.name, kind="files of other generations", count=len(stale),
         bytes=sum(_nonzero(p.read_bytes()) for p in stale), note=", ".join(p.name for p in stale)))

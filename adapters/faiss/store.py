@@ -11,6 +11,14 @@ Layout of the store directory::
     records.jsonl           one JSON object per line: id, label, document, metadata; shared by the generations,
                             appended to past the committed length, a dropped record's line overwritten with
                             spaces where it lies
+    heads.bin, heads.ids    where each line lies and whose it is, kept beside the records file so that opening
+                            the store parses no line: per line, five little-endian int64 (label, the line's
+                            offset and length, the id's offset and length in heads.ids) after a header row
+                            (a mark and the token the state names), and the ids, each followed by a newline.
+                            Appended with the records file, cut back with it; a dropped record's row is
+                            zeroed (all but where its id lies) and its id overwritten with spaces right after
+                            its line is blanked. A state that names no heads (an older store, ids with a
+                            newline) is read by parsing the records file; its next commit writes them anew
 
 A commit appends the new records' lines past the committed length, writes the index of generation N+1 (or,
 when only the state changed, hard-links N's), writes state N+1 (temp file, fsync, rename), then switches
@@ -20,7 +28,8 @@ N+1, whose state names the lines to blank, which the next writer blanks if the c
 exclusion, or an in-place reclaim of one subject, writes what changed, not every record of the store.
 
 Opening a store maps the index file's flat vectors read-only (``faiss.IO_FLAG_MMAP_IFC``; the graph and the id
-map are read) and parses each live line's id and label only (every line starts with them); a record's document
+map are read) and reads each live line's id and label from the heads files (or, without them, parses them from
+the start of each line, where every line has them); a record's document
 and metadata are read from its line when first asked for (:class:`LazyRecords`). Searches read the vectors
 where the file keeps them. The first change to the index in memory (an ``add``, a zeroing that cannot go
 through the file, ``FaissStore.index`` asked for by a caller) copies the vectors into memory first; the in-place reclaim
@@ -41,6 +50,7 @@ import itertools
 import json
 import operator
 import os
+import secrets
 import weakref
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
@@ -62,6 +72,12 @@ from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 BACKEND = "faiss"
 _METRICS = {"l2": faiss.METRIC_L2, "ip": faiss.METRIC_INNER_PRODUCT}
 RECORDS = "records.jsonl"
+HEADS = "heads.bin"
+HEAD_IDS = "heads.ids"
+_HEAD_COLUMNS = 5
+"""heads.bin's columns: label, the line's offset and length in the records file, the id's offset and length in
+heads.ids. Row 0 is the header: ``_HEADS_MARK``, the token, zeros."""
+_HEADS_MARK = int.from_bytes(b"TSHEADS1", "little")
 _LOAD_TRIES = 3
 
 
@@ -120,6 +136,19 @@ class LineIndex:
         if self._gone:
             rows = rows[~np.isin(self._labels[rows], np.fromiter(self._gone, np.int64, len(self._gone)))]
         return self._labels[rows], self._offsets[rows], self._lengths[rows]
+
+    def known(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every line known and not yet blanked (those a load found, then those appended since): labels,
+        offsets and lengths."""
+        labels, offsets, lengths = self._labels, self._offsets, self._lengths
+        if self._gone and len(labels):
+            keep = ~np.isin(labels, np.fromiter(self._gone, np.int64, len(self._gone)))
+            labels, offsets, lengths = labels[keep], offsets[keep], lengths[keep]
+        if self._appended:
+            more = np.array([(label, o, n) for label, (o, n) in self._appended.items()], np.int64).reshape(-1, 3)
+            labels, offsets, lengths = (np.concatenate([labels, more[:, 0]]), np.concatenate([offsets, more[:, 1]]),
+                                        np.concatenate([lengths, more[:, 2]]))
+        return labels, offsets, lengths
 
     def place(self, label: int) -> tuple[int, int] | None:
         """(offset, length) of one label's line, or None when it is not known or already blanked: a binary
@@ -219,25 +248,41 @@ class LazyRecords(MutableMapping):
         return len(self._labels)
 
 
-def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIndex, list[int]]:
-    """Generation ``generation``'s records and state as one dict (``labels``: id -> label, ``records``: id -> the record,
-    with its ``document`` and ``metadata``, ``excluded``, ``zeroed``, ``next_label``, ``records_length``), where
-    its records' lines lie, and the lines still to blank (labels this generation dropped whose line is not yet
-    spaces). Reads a ``sidecar-<N>.json`` store too (no lines, nothing to blank). Raises OSError or ValueError
-    when the files do not read as a generation.
+def _read_heads(root: Path, heads: Any, records_length: int) -> tuple[list[str], np.ndarray, np.ndarray,
+                                                                      np.ndarray] | None:
+    """The live lines' ids, labels, offsets and lengths as the heads files ``heads`` (the state's
+    ``[token, rows, id bytes]``) name them, or None when the state names none or the files do not agree with
+    it (missing, short, another token, rows and ids that do not add up): the records file is parsed then."""
+    try:
+        token, rows, size = (int(v) for v in heads)
+        with open(root / HEADS, "rb") as fh:
+            table = np.frombuffer(fh.read(8 * _HEAD_COLUMNS * (rows + 1)), dtype="<i8")
+        with open(root / HEAD_IDS, "rb") as fh:
+            blob = fh.read(size)
+        if table.size != _HEAD_COLUMNS * (rows + 1) or len(blob) != size:
+            return None
+        table = table.reshape(rows + 1, _HEAD_COLUMNS)
+        if table[0, 0] != _HEADS_MARK or table[0, 1] != token:
+            return None
+        table = table[1:]
+        id_ends = np.cumsum(table[:, 4] + 1)
+        if rows and (id_ends[-1] != size or not np.array_equal(table[:, 3], id_ends - table[:, 4] - 1)):
+            return None
+        ids = blob.decode("utf-8").split("\n")
+    except (OSError, TypeError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    live = table[:, 2] > 0
+    if len(ids) != rows + 1 or ids[-1] or np.any(table[live, 1] + table[live, 2] > records_length):
+        return None
+    return (list(itertools.compress(ids, live.tolist())), table[live, 0].copy(), table[live, 1].copy(),
+            table[live, 2].copy())
 
-    Only each live line's head (its id and label, which every line starts with) is parsed, all at once
-    (orjson); documents and metadata are read when asked for (:class:`LazyRecords`). A line that does not
-    start that way is parsed whole."""
-    legacy = root / f"sidecar-{generation:06d}.json"
-    state_path = root / f"state-{generation:06d}.json"
-    if not state_path.exists() and legacy.exists():
-        side = json.loads(legacy.read_text(encoding="utf-8"))
-        side.setdefault("zeroed", [])
-        side["records_length"] = 0
-        return side, LineIndex(), []
-    state = json.loads(state_path.read_text(encoding="utf-8"))
-    length = int(state["records_length"])
+
+def _parse_lines(root: Path, generation: int, length: int) -> tuple[list[str], np.ndarray, np.ndarray,
+                                                                     np.ndarray]:
+    """The live lines' ids, labels, offsets and lengths, parsed from the first ``length`` bytes of the records
+    file: each line's head (its id and label, which every line starts with) only, all at once (orjson). A
+    line that does not start that way is parsed whole."""
     with open(root / RECORDS, "rb") as fh:
         data = fh.read(length)
     if len(data) != length or (length and not data.endswith(b"\n")):
@@ -274,22 +319,50 @@ def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIn
         raise ValueError(f"{RECORDS} does not parse: {exc}") from exc
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{RECORDS} holds a line without an id and label: {exc}") from exc
-    del rows, live_lines
+    return ids, labels_of, starts[live], sizes[live]
+
+
+def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIndex, dict[int, str]]:
+    """Generation ``generation``'s records and state as one dict (``labels``: id -> label, ``records``: id -> the record,
+    with its ``document`` and ``metadata``, ``excluded``, ``zeroed``, ``next_label``, ``records_length``,
+    ``heads``: the heads files' ``[token, rows, id bytes]`` when they were read, else None), where its records'
+    lines lie, and the lines still to blank (label -> id of each record this generation dropped whose line is not
+    yet spaces). Reads a ``sidecar-<N>.json`` store too (no lines, nothing to blank). Raises OSError or
+    ValueError when the files do not read as a generation.
+
+    Each live line's id and label come from the heads files where the state names them and they agree with it,
+    else from the records file (:func:`_parse_lines`); documents and metadata are read when asked for
+    (:class:`LazyRecords`)."""
+    legacy = root / f"sidecar-{generation:06d}.json"
+    state_path = root / f"state-{generation:06d}.json"
+    if not state_path.exists() and legacy.exists():
+        side = json.loads(legacy.read_text(encoding="utf-8"))
+        side.setdefault("zeroed", [])
+        side["records_length"], side["heads"] = 0, None
+        return side, LineIndex(), {}
+    state = json.loads(state_path.read_text(encoding="utf-8"))
+    length = int(state["records_length"])
+    heads = state.get("heads")
+    found = _read_heads(root, heads, length) if heads is not None else None
+    if found is None:
+        heads = None
+        found = _parse_lines(root, generation, length)
+    ids, labels_of, starts, sizes = found
     dead = {int(label) for label in state.get("dead", [])}
-    to_blank: list[int] = []
+    to_blank: dict[int, str] = {}
     if dead:
         keep = ~np.isin(labels_of, np.fromiter(dead, np.int64))
-        to_blank = labels_of[~keep].tolist()
+        to_blank = {int(labels_of[k]): ids[k] for k in np.flatnonzero(~keep).tolist()}
         kept = np.flatnonzero(keep).tolist()
         ids = [ids[k] for k in kept]
         kept_labels = labels_of[keep].tolist()
     else:
         kept_labels = labels_of.tolist()
-    lines_at = LineIndex(labels_of, starts[live], sizes[live])
+    lines_at = LineIndex(labels_of, starts, sizes)
     labels = dict(zip(ids, kept_labels))
     side = {"next_label": state["next_label"], "excluded": state.get("excluded", []),
             "zeroed": state.get("zeroed", []), "labels": labels,
-            "records": LazyRecords(root / RECORDS, labels, lines_at), "records_length": length}
+            "records": LazyRecords(root / RECORDS, labels, lines_at), "records_length": length, "heads": heads}
     return side, lines_at, to_blank
 
 
@@ -398,6 +471,8 @@ class FaissStore:
         """Ids added since the last commit (their lines are appended by the next one)."""
         self._dead: set[int] = set()
         """Labels dropped since the last commit, plus any the committed generation still names to blank."""
+        self._dead_ids: dict[int, str] = {}
+        """The ids of those labels (what their heads rows hold, for a commit that writes the heads anew)."""
         self._rewrite_records = False
         """Loaded from a ``sidecar-<N>.json`` store: the next commit writes every record to the records file."""
         if create:
@@ -419,7 +494,7 @@ class FaissStore:
             self._mapped = False
             self.generation = 0
             self.side: dict[str, Any] = {"next_label": 0, "labels": {}, "excluded": [], "zeroed": [],
-                                         "records": {}, "records_length": 0}
+                                         "records": {}, "records_length": 0, "heads": None}
             self._rewrite_records = True
             self.commit()
         else:
@@ -455,7 +530,7 @@ class FaissStore:
                     continue
                 raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
         self.generation, self._index, self._mapped, self.side = generation, index, mapped, side
-        self._lines, self._new, self._dead = lines, [], set(to_blank)
+        self._lines, self._new, self._dead, self._dead_ids = lines, [], set(to_blank), dict(to_blank)
         self._rewrite_records = not self._state_file(generation).exists()
         self._views = None
 
@@ -506,6 +581,7 @@ class FaissStore:
         if label is None:
             return False
         self._dead.add(label)
+        self._dead_ids[label] = artifact_id
         return True
 
     @property
@@ -557,22 +633,24 @@ class FaissStore:
         dead = sorted(self._dead)
         try:
             length, appended = self._append_records()
+            heads = self._append_heads(appended)
             if index_changed or not _link(previous, self.index_path):
                 _write_atomic(self.index_path, faiss.serialize_index(self._index).tobytes())
             state = {"next_label": self.side["next_label"], "excluded": self.side["excluded"],
-                     "zeroed": self.side.get("zeroed", []), "records_length": length, "dead": dead}
+                     "zeroed": self.side.get("zeroed", []), "records_length": length, "dead": dead,
+                     "heads": heads}
             _write_atomic(self.state_path, json.dumps(state, sort_keys=True).encode("utf-8"))
             kill_point("faiss:commit:before-switch")
             _write_atomic(self.dir / "CURRENT", json.dumps({"generation": self.generation}).encode())
         except OSError as exc:
             raise StoreUnavailableError(f"cannot write FAISS store {self.dir}: {exc.strerror or exc}",
                                         store=self.store) from exc
-        self.side["records_length"] = length
+        self.side["records_length"], self.side["heads"] = length, heads
         self._lines.update(appended)
         self._new, self._rewrite_records = [], False
         self._views = None
         self._current_stamp = None
-        keep = {self.index_path.name, self.state_path.name, RECORDS, "CURRENT"}
+        keep = {self.index_path.name, self.state_path.name, RECORDS, "CURRENT"} | ({HEADS, HEAD_IDS} if heads else set())
         for path in self.dir.iterdir():
             if path.is_file() and path.name not in keep:
                 path.unlink()
@@ -605,6 +683,55 @@ class FaissStore:
             self._lines = LineIndex()
         return offset, appended
 
+    def _append_heads(self, appended: Mapping[int, tuple[int, int]]) -> list[int] | None:
+        """Write the heads rows and ids of the lines ``_append_records`` just appended (after cutting both files
+        back to the committed generation's heads), fsync; the state's ``[token, rows, id bytes]``. Where the
+        committed generation has no heads (an older store, or heads that did not agree with its state), they are
+        written anew under a new token, for every line the records file holds and has not blanked. None (and the
+        heads files go with the switch) when an id holds a newline, which the ids file cannot hold."""
+        committed = self.side.get("heads")
+        if committed is None or self._rewrite_records:
+            labels, offsets, lengths = self._lines.known()
+            id_of = {label: i for i, label in self.side["labels"].items()}
+            id_of.update(self._dead_ids)
+            token, rows, size = secrets.randbits(62), 0, 0
+        else:
+            labels, offsets, lengths = (np.zeros(0, np.int64),) * 3
+            id_of = {self.side["labels"][i]: i for i in self._new if i in self.side["labels"]}
+            token, rows, size = (int(v) for v in committed)
+        if appended:
+            more = np.array([(label, o, n) for label, (o, n) in appended.items()], np.int64).reshape(-1, 3)
+            labels, offsets, lengths = (np.concatenate([labels, more[:, 0]]), np.concatenate([offsets, more[:, 1]]),
+                                        np.concatenate([lengths, more[:, 2]]))
+        try:
+            names = [id_of[label].encode("utf-8") for label in labels.tolist()]
+        except KeyError:  # a line whose id is not known here: heads cannot be written for it
+            return None
+        if any(b"\n" in name for name in names):
+            return None
+        id_lengths = np.fromiter(map(len, names), np.int64, len(names))
+        id_offsets = size + np.cumsum(id_lengths + 1) - id_lengths - 1
+        table = np.stack([labels, offsets, lengths, id_offsets, id_lengths], axis=1).astype("<i8")
+        if rows == 0:
+            header = np.zeros((1, _HEAD_COLUMNS), "<i8")
+            header[0, :2] = (_HEADS_MARK, token)
+            table = np.concatenate([header, table])
+        row_bytes = 8 * _HEAD_COLUMNS
+        for name, at, data in ((HEADS, row_bytes * (rows + 1 if rows else 0), table.tobytes()),
+                               (HEAD_IDS, size, b"".join(n + b"\n" for n in names))):
+            fd = os.open(self.dir / name, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                cut = os.fstat(fd).st_size != at
+                if cut:
+                    os.ftruncate(fd, at)
+                if data:
+                    os.pwrite(fd, data, at)
+                if data or cut:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        return [token, rows + len(names), size + int(id_lengths.sum()) + len(names)]
+
     def _blank(self, labels: list[int]) -> None:
         """Overwrite the dropped records' lines with spaces where they lie, then fsync. Called once the
         generation that dropped them is the current one; one it cannot finish stays named in that generation's
@@ -623,8 +750,43 @@ class FaissStore:
                 return
             finally:
                 os.close(fd)
+        if labels and self.side.get("heads") is not None:
+            kill_point("faiss:blank:lines-blanked")
+            if not self._blank_heads(labels):
+                return
         self._lines.forget(labels)
         self._dead -= set(labels)
+        for label in labels:
+            self._dead_ids.pop(label, None)
+
+    def _blank_heads(self, labels: list[int]) -> bool:
+        """Zero the heads rows of ``labels`` (all but where their id lies) and overwrite their ids with spaces,
+        then fsync; after their lines were blanked, so that a crash in between leaves rows that still lead to
+        those lines (blanked again, harmlessly). False when the files cannot be written."""
+        _, rows, _ = (int(v) for v in self.side["heads"])
+        row_bytes = 8 * _HEAD_COLUMNS
+        try:
+            table = np.fromfile(self.dir / HEADS, dtype="<i8", count=_HEAD_COLUMNS * (rows + 1))
+            table = table.reshape(-1, _HEAD_COLUMNS)[1:]
+            hits = np.flatnonzero(np.isin(table[:, 0], np.asarray(labels, np.int64)) & (table[:, 2] > 0))
+            if not len(hits):
+                return True
+            heads = os.open(self.dir / HEADS, os.O_WRONLY)
+            try:
+                ids = os.open(self.dir / HEAD_IDS, os.O_WRONLY)
+                try:
+                    for row in hits.tolist():
+                        os.pwrite(heads, bytes(24), row_bytes * (row + 1))
+                        os.pwrite(ids, b" " * int(table[row, 4]), int(table[row, 3]))
+                    os.fsync(ids)
+                finally:
+                    os.close(ids)
+                os.fsync(heads)
+            finally:
+                os.close(heads)
+        except (OSError, ValueError):
+            return False
+        return True
 
     def files(self) -> list[Path]:
         return sorted(p for p in self.dir.iterdir() if p.is_file())

@@ -155,7 +155,10 @@ def test_rebuild_keeps_survivors_and_search_results(ftomb):
         order = np.argsort(((vecs - q) ** 2).sum(1))[:5]
         assert [a for a, _ in hits] == [theirs[i] for i in order]
     assert receipt["summary"]["VERIFIED"] == 5
-    assert len(list(store_dir(ftomb).iterdir())) == 4, "old generations must be deleted"
+    generation = FaissStore(store_dir(ftomb), create=False).generation
+    assert sorted(p.name for p in store_dir(ftomb).iterdir()) == sorted(
+        ["CURRENT", "heads.bin", "heads.ids", "records.jsonl", f"index-{generation:06d}.faiss",
+         f"state-{generation:06d}.json"]), "old generations must be deleted"
 
 
 @pytest.mark.parametrize("mode", ["rewrite", "in-place"])
@@ -524,13 +527,18 @@ def test_a_crash_after_the_switch_leaves_lines_to_blank_which_scan_names_and_the
     fresh = FaissStore(store_dir(ftomb), create=False)
     assert not set(mine) & set(fresh.get()) and len(fresh.get()) == 10
     report = FaissAdapter.scan_deleted("vec", ftomb.config.stores["vec"].options)
-    place = next(p for p in report.places if p.kind.startswith("dropped records"))
+    place = next(p for p in report.places if p.kind.startswith("dropped records' lines"))
     assert place.count == 2 and place.bytes > 0 and report.recoverable
+    heads = next(p for p in report.places if p.kind.startswith("dropped records' ids"))
+    assert heads.place == "heads.ids" and heads.count == 2 and heads.bytes == sum(len(i) for i in mine)
     probe = FaissAdapter("vec", ftomb.config.stores["vec"].options)
     assert not any(r.passed for r in probe.probe_physical(arts).values())
     probe.reclaim(arts)
     assert all(r.passed for r in probe.probe_physical(arts).values())
     assert not any(i.encode() in (store_dir(ftomb) / "records.jsonl").read_bytes() for i in mine)
+    assert not any(i.encode() in (store_dir(ftomb) / "heads.ids").read_bytes() for i in mine)
+    report = FaissAdapter.scan_deleted("vec", ftomb.config.stores["vec"].options)
+    assert not any(p.count for p in report.places if p.kind.startswith("dropped records"))
 
 
 def test_a_commit_killed_before_the_switch_leaves_a_tail_the_next_write_cuts_off(ftomb, monkeypatch):
@@ -553,8 +561,11 @@ def test_a_commit_killed_before_the_switch_leaves_a_tail_the_next_write_cuts_off
     assert len(FaissStore(store_dir(ftomb), create=False).get()) == 5
     report = FaissAdapter.scan_deleted("vec", ftomb.config.stores["vec"].options)
     assert next(p for p in report.places if p.kind == "bytes past the committed length").bytes > 0
+    assert next(p for p in report.places if p.kind == "heads past the committed length").bytes > 0
+    assert b"carol-vec" in (store_dir(ftomb) / "heads.ids").read_bytes()
     write(ftomb, "dave", 1, start=50)
     assert b"carol's unfinished write" not in records.read_bytes()
+    assert b"carol-vec" not in (store_dir(ftomb) / "heads.ids").read_bytes()
     assert len(FaissStore(store_dir(ftomb), create=False).get()) == 6
 
 
@@ -695,3 +706,119 @@ def test_a_listing_reads_the_records_lines_in_one_pass_and_equals_reading_each(f
     with mock.patch.object(store_module.LazyRecords, "_read", wraps=fresh.side["records"]._read) as per_line:
         assert fresh.get(ids=ids[:3]) == {i: each[i] for i in ids[:3]}
     assert per_line.call_count == 3  # control: a few records are read line by line
+
+
+def _lines_and_labels(root: Path, generation: int, monkeypatch=None):
+    """What ``read_generation`` makes of a generation: id -> label, each known line's (label, offset, length),
+    the lines to blank, and whether the heads files were read."""
+    from tombstone_adapters.faiss.store import read_generation
+
+    side, lines, to_blank = read_generation(root, generation)
+    labels, offsets, lengths = lines.known()
+    return (side["labels"], sorted(zip(labels.tolist(), offsets.tolist(), lengths.tolist())), to_blank,
+            side["heads"] is not None)
+
+
+def _without_heads(root: Path, generation: int) -> None:
+    """The state as a store written before the heads files has it (the files themselves left in place)."""
+    import json as _json
+
+    state = root / f"state-{generation:06d}.json"
+    data = _json.loads(state.read_text())
+    data.pop("heads")
+    state.write_text(_json.dumps(data))
+
+
+def test_opening_reads_ids_and_labels_from_the_heads_files_which_agree_with_the_records_file(ftomb, tmp_path):
+    """A store keeps its lines' ids, labels and places in the heads files beside the records file, so opening
+    it parses no line; what they say equals what parsing the records file says, whatever the ids hold. The
+    in-place reclaim zeros the erased rows and spaces their ids where they lie (the files keep their size).
+    Control: before the reclaim a plain byte scan finds the erased ids in heads.ids."""
+    import shutil
+
+    from tombstone_adapters.faiss import store as store_module
+
+    odd = ['q"uote\\d, "document": x', "zoë-ß", 'k", "label": 5']
+    app_store(ftomb).add(odd, documents=["a", "b", "c"], subject="odd")
+    mine = write(ftomb, "alice", 3)
+    theirs = write(ftomb, "bob", 12)
+    root = store_dir(ftomb)
+    heads_ids = root / "heads.ids"
+    assert all(i.encode() in heads_ids.read_bytes() for i in mine + odd)  # control
+    with mock.patch.object(store_module, "_parse_lines", side_effect=AssertionError("parsed the records")):
+        opened = FaissStore(root, create=False)
+        assert set(opened.get()) == set(odd + mine + theirs)
+    generation = opened.generation
+    copy = tmp_path / "parsed"
+    shutil.copytree(root, copy)
+    _without_heads(copy, generation)
+    by_heads, by_parse = _lines_and_labels(root, generation), _lines_and_labels(copy, generation)
+    assert by_heads[3] and not by_parse[3]
+    assert by_heads[:3] == by_parse[:3]
+    sizes = {p.name: p.stat().st_size for p in root.iterdir() if p.name.startswith("heads.")}
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    adapter.suppress(arts)
+    adapter.reclaim(arts)
+    assert {p.name: p.stat().st_size for p in root.iterdir() if p.name.startswith("heads.")} == sizes
+    assert scan(root, mine[0].encode()) == [] and all(r.passed for r in adapter.probe_physical(arts).values())
+    after = FaissStore(root, create=False)
+    assert after.side["heads"] is not None and set(after.get()) == set(odd + theirs)
+    shutil.rmtree(copy)
+    shutil.copytree(root, copy)
+    _without_heads(copy, after.generation)
+    assert _lines_and_labels(root, after.generation)[:3] == _lines_and_labels(copy, after.generation)[:3]
+
+
+def test_a_store_without_heads_is_parsed_and_its_next_commit_writes_them(ftomb):
+    """A store whose state names no heads (written before them) opens by parsing the records file; its next
+    commit writes the heads anew for every line, the lines still to blank included, and from then on they are
+    read. Heads that do not agree with their state (another token, cut short) are not read: the records file
+    is parsed, and the result is the same."""
+    import json as _json
+
+    from tombstone_adapters.faiss.store import FaissStore as Store
+
+    mine = write(ftomb, "alice", 2)
+    theirs = write(ftomb, "bob", 8)
+    root = store_dir(ftomb)
+    generation = FaissStore(root, create=False).generation
+    expected = _lines_and_labels(root, generation)
+    _without_heads(root, generation)
+    (root / "heads.bin").unlink()
+    (root / "heads.ids").write_bytes(b"")
+    assert _lines_and_labels(root, generation)[:3] == expected[:3] and not _lines_and_labels(root, generation)[3]
+    # the next commit drops alice and dies before blanking her lines: her lines are still to blank
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    with mock.patch.object(Store, "_blank", lambda self, labels: None):
+        adapter.faiss.drop_mapping(mine)
+    generation = FaissStore(root, create=False).generation
+    labels, lines, to_blank, read_heads = _lines_and_labels(root, generation)
+    assert read_heads and set(labels) == set(theirs) and sorted(to_blank.values()) == sorted(mine)
+    assert len(lines) == 10 and all(i.encode() in (root / "heads.ids").read_bytes() for i in mine)
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    adapter.reclaim(arts)
+    assert not any(i.encode() in (root / "heads.ids").read_bytes() for i in mine)
+    assert all(r.passed for r in adapter.probe_physical(arts).values())
+    generation = FaissStore(root, create=False).generation
+    good = _lines_and_labels(root, generation)
+    assert good[3] and set(good[0]) == set(theirs)
+    state = root / f"state-{generation:06d}.json"
+    data = _json.loads(state.read_text())
+    for heads in ([data["heads"][0] + 1, *data["heads"][1:]], [data["heads"][0], data["heads"][1] + 1,
+                                                                data["heads"][2]]):
+        state.write_text(_json.dumps({**data, "heads": heads}))
+        assert _lines_and_labels(root, generation) == (*good[:3], False)
+
+
+def test_an_id_holding_a_newline_leaves_the_store_without_heads(ftomb):
+    """The ids file holds one id per line, so an id with a newline in it cannot go there: the store then keeps
+    no heads files (none left behind), is read by parsing the records file, and works as before."""
+    ids = write(ftomb, "bob", 4)
+    root = store_dir(ftomb)
+    assert (root / "heads.ids").exists()
+    app_store(ftomb).add(["two\nlines"], documents=["d"], subject="odd")
+    store = FaissStore(root, create=False)
+    assert store.side["heads"] is None and not (root / "heads.ids").exists() and not (root / "heads.bin").exists()
+    assert set(store.get()) == set(ids) | {"two\nlines"}
