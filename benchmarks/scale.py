@@ -377,7 +377,8 @@ def section(result: dict) -> str:
               " reclaim writes zeros over the erased vectors in the committed index file and spaces over the"
               " erased records' lines in the records file, where they lie. What still grows with the store in one"
               " subject's erase is opening it (the graph and the id map read, the vectors mapped from the index file"
-              " rather than read in, and each record line's id and label parsed: once per process and generation, so the batch, run by the same process, does"
+              " rather than read in, and each record's id and label read from the heads files kept beside the records"
+              " file, with no line parsed: once per process and generation, so the batch, run by the same process, does"
               " not pay it again, while a long-lived process pays it again after another process's commit, such"
               " as the app's next write) and the physical probe's read of the files.",
               "", "Batches: a batch shares one suppression, one reclaim and one read of the files; each subject"

@@ -138,7 +138,8 @@ class FaissAdapter(FaissHooks, Adapter):
             return ids, lambda rows: [self._candidates(ids[r]) for r in rows]
 
         results = {}
-        listed = set(store.ids())  # the wrapper's full listing (get()'s ids), once for the batch
+        # the wrapper's full listing (get()'s ids), once for the batch: which of the artifacts it holds
+        listed = {art.artifact_id for art in artifacts}.intersection(store.ids())
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    for art in artifacts}

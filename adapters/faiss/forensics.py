@@ -23,7 +23,8 @@ import numpy as np
 from tombstone.errors import ConfigError
 from tombstone.scan import ScanPlace, ScanReport
 
-from .store import HEAD_IDS, HEADS, RECORDS, _HEAD_COLUMNS, _read_index, current_generation, read_generation
+from .store import (HEAD_IDS, HEADS, RECORDS, _HEAD_COLUMNS, _ID_AT, _ID_LEN, _LABEL, _LINE_LEN, _read_index,
+                    current_generation, id_label_pairs, read_generation)
 
 
 def _nonzero(chunk: bytes) -> int:
@@ -65,7 +66,7 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
     else:
         codes = np.zeros((labels.size, 0), np.uint8)
     id_labels = side.get("labels", {})
-    live_ids, live_labels = list(id_labels), np.fromiter(id_labels.values(), np.int64, len(id_labels))
+    live_ids, live_labels = id_label_pairs(id_labels)
     excluded = np.fromiter({int(label) for label in side.get("excluded", [])}, np.int64)
     gone = ~np.isin(labels, live_labels)
     held = np.isin(labels, excluded) & ~gone
@@ -100,9 +101,10 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
     if heads is not None:
         _, rows, size = (int(v) for v in heads)
         table = np.fromfile(root / HEADS, dtype="<i8", count=_HEAD_COLUMNS * (rows + 1)).reshape(-1, _HEAD_COLUMNS)[1:]
-        pending = table[np.isin(table[:, 0], np.fromiter(to_blank, np.int64, len(to_blank))) & (table[:, 2] > 0)]
+        pending = table[np.isin(table[:, _LABEL], np.fromiter(to_blank, np.int64, len(to_blank)))
+                        & (table[:, _LINE_LEN] > 0)]
         with open(root / HEAD_IDS, "rb") as fh:
-            unblanked = sum(_unblanked(_read_at(fh, int(at), int(n))) for at, n in pending[:, 3:5].tolist())
+            unblanked = sum(_unblanked(_read_at(fh, int(at), int(n))) for at, n in pending[:, [_ID_AT, _ID_LEN]].tolist())
             fh.seek(size)
             tail = len(fh.read())
         tail += max(0, (root / HEADS).stat().st_size - 8 * _HEAD_COLUMNS * (rows + 1))

@@ -12,11 +12,11 @@ Layout of the store directory::
                             appended to past the committed length, a dropped record's line overwritten with
                             spaces where it lies
     heads.bin, heads.ids    where each line lies and whose it is, kept beside the records file so that opening
-                            the store parses no line: per line, five little-endian int64 (label, the line's
-                            offset and length, the id's offset and length in heads.ids) after a header row
-                            (a mark and the token the state names), and the ids, each followed by a newline.
-                            Appended with the records file, cut back with it; a dropped record's row is
-                            zeroed (all but where its id lies) and its id overwritten with spaces right after
+                            the store parses no line: per line, six little-endian int64 (label, the line's
+                            offset and length, the CRC-32 of the id, the id's offset and length in heads.ids)
+                            after a header row (a mark and the token the state names), and the ids, each
+                            followed by a newline. Appended with the records file, cut back with it; a dropped
+                            record's row is zeroed (all but where its id lay) and its id overwritten with spaces right after
                             its line is blanked. A state that names no heads (an older store, ids with a
                             newline) is read by parsing the records file; its next commit writes them anew
 
@@ -52,6 +52,7 @@ import operator
 import os
 import secrets
 import weakref
+import zlib
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,9 +75,13 @@ _METRICS = {"l2": faiss.METRIC_L2, "ip": faiss.METRIC_INNER_PRODUCT}
 RECORDS = "records.jsonl"
 HEADS = "heads.bin"
 HEAD_IDS = "heads.ids"
-_HEAD_COLUMNS = 5
-"""heads.bin's columns: label, the line's offset and length in the records file, the id's offset and length in
-heads.ids. Row 0 is the header: ``_HEADS_MARK``, the token, zeros."""
+_HEAD_COLUMNS = 6
+_LABEL, _LINE_AT, _LINE_LEN, _ID_CRC, _ID_AT, _ID_LEN = range(_HEAD_COLUMNS)
+"""heads.bin's columns: label, the line's offset and length in the records file, the CRC-32 of the id's UTF-8
+(what finds an id's row without a dict of every id), the id's offset and length in heads.ids. Row 0 is the
+header: ``_HEADS_MARK``, the token, zeros. A blanked line's row keeps only where its id lay."""
+_ZEROED_BYTES = 8 * _ID_AT
+"""The bytes of a row zeroed when its line is blanked: label, line place and the id's CRC."""
 _HEADS_MARK = int.from_bytes(b"TSHEADS1", "little")
 _LOAD_TRIES = 3
 
@@ -265,17 +270,22 @@ def _read_heads(root: Path, heads: Any, records_length: int) -> tuple[list[str],
         if table[0, 0] != _HEADS_MARK or table[0, 1] != token:
             return None
         table = table[1:]
-        id_ends = np.cumsum(table[:, 4] + 1)
-        if rows and (id_ends[-1] != size or not np.array_equal(table[:, 3], id_ends - table[:, 4] - 1)):
+        id_ends = np.cumsum(table[:, _ID_LEN] + 1)
+        if rows and (id_ends[-1] != size or not np.array_equal(table[:, _ID_AT], id_ends - table[:, _ID_LEN] - 1)):
             return None
         ids = blob.decode("utf-8").split("\n")
     except (OSError, TypeError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
-    live = table[:, 2] > 0
-    if len(ids) != rows + 1 or ids[-1] or np.any(table[live, 1] + table[live, 2] > records_length):
+    live = table[:, _LINE_LEN] > 0
+    if len(ids) != rows + 1 or ids[-1]:
         return None
-    return (list(itertools.compress(ids, live.tolist())), table[live, 0].copy(), table[live, 1].copy(),
-            table[live, 2].copy())
+    if live.all():
+        del ids[-1]
+    else:
+        table, ids = table[live], list(itertools.compress(ids, live.tolist()))
+    if np.any(table[:, _LINE_AT] + table[:, _LINE_LEN] > records_length):
+        return None
+    return ids, table[:, _LABEL], table[:, _LINE_AT], table[:, _LINE_LEN], table[:, _ID_CRC]
 
 
 def _parse_lines(root: Path, generation: int, length: int) -> tuple[list[str], np.ndarray, np.ndarray,
@@ -322,6 +332,191 @@ def _parse_lines(root: Path, generation: int, length: int) -> tuple[list[str], n
     return ids, labels_of, starts[live], sizes[live]
 
 
+def _crc(artifact_id: str) -> int:
+    return zlib.crc32(artifact_id.encode("utf-8"))
+
+
+_LOOKUPS_BEFORE_DICT = 50_000
+"""Lookups by id after which :class:`IdLabels` makes its dict (a listing or a bulk read asks for every id)."""
+
+
+class _Materialized(Exception):
+    """Raised inside :class:`IdLabels` when a lookup made the dict: the caller looks there instead."""
+
+
+class IdLabels(MutableMapping):
+    """id -> label of a loaded generation, kept as the heads files give it (the ids in a list, their labels and
+    CRC-32s in arrays) rather than as a dict of every id: opening a store of a million records builds no such
+    dict. An id is found by its CRC (the CRCs sorted once, on the first lookup; the id compared on each
+    candidate row). Ids set or removed after the load are kept beside the loaded ones. What needs every pair
+    (``items``, ``values``, equality) makes the dict once and uses it from then on; ``label_array`` and
+    ``shown`` give the labels and a filtered listing without it."""
+
+    def __init__(self, ids: list[str], labels: np.ndarray, crcs: np.ndarray) -> None:
+        self._ids, self._labels, self._crcs = ids, labels, crcs
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        """(row order by CRC, the CRCs in that order), made on the first lookup."""
+        self._removed: set[str] = set()
+        """Loaded ids removed (or set again, the new label being in ``_added``)."""
+        self._added: dict[str, int] = {}
+        self._dict: dict[str, int] | None = None
+        """Every pair, once something asked for all of them (or for many ids one by one: a listing, a bulk
+        read); from then on the only state."""
+        self._lookups = 0
+
+    def _row(self, key: str) -> int | None:
+        if key in self._removed or not isinstance(key, str):
+            return None
+        self._lookups += 1
+        if self._lookups > _LOOKUPS_BEFORE_DICT:
+            self._all()
+            raise _Materialized
+        return self._find(key)
+
+    def _find(self, key: str) -> int | None:
+        """The loaded row holding ``key`` (removed or not), or None."""
+        if self._sorted is None:
+            crcs = self._crcs.astype(np.uint32)  # CRC-32s: 32 bits, which sort several times faster than 64
+            order = np.argsort(crcs)
+            self._sorted = (order, crcs[order])
+        order, crcs = self._sorted
+        crc = _crc(key)
+        at = int(crcs.searchsorted(np.uint32(crc)))  # the same dtype: no copy of the array per call
+        while at < len(crcs) and crcs[at] == crc:
+            row = int(order[at])
+            if self._ids[row] == key:
+                return row
+            at += 1
+        return None
+
+    def _all(self) -> dict[str, int]:
+        if self._dict is None:
+            pairs = dict(zip(self._ids, self._labels.tolist()))
+            for key in self._removed:
+                pairs.pop(key, None)
+            pairs.update(self._added)
+            self._dict = pairs
+            self._ids, self._labels, self._crcs, self._sorted = [], self._labels[:0], self._crcs[:0], None
+            self._removed, self._added = set(), {}
+        return self._dict
+
+    def __getitem__(self, key: str) -> int:
+        if self._dict is None:
+            if key in self._added:
+                return self._added[key]
+            try:
+                row = self._row(key)
+            except _Materialized:
+                return self._dict[key]  # type: ignore[index]
+            if row is None:
+                raise KeyError(key)
+            return int(self._labels[row])
+        return self._dict[key]
+
+    def __contains__(self, key: object) -> bool:
+        if self._dict is None:
+            try:
+                return key in self._added or self._row(key) is not None  # type: ignore[arg-type]
+            except _Materialized:
+                pass
+        return key in self._dict  # type: ignore[operator]
+
+    def __setitem__(self, key: str, label: int) -> None:
+        if self._dict is None:
+            try:
+                if key not in self._added and self._row(key) is not None:
+                    self._removed.add(key)
+                self._added[key] = label
+                return
+            except _Materialized:
+                pass
+        self._dict[key] = label  # type: ignore[index]
+
+    def __delitem__(self, key: str) -> None:
+        if self._dict is None:
+            try:
+                if key in self._added:
+                    del self._added[key]
+                elif self._row(key) is not None:
+                    self._removed.add(key)
+                else:
+                    raise KeyError(key)
+                return
+            except _Materialized:
+                pass
+        del self._dict[key]  # type: ignore[attr-defined]
+
+    def __iter__(self):
+        if self._dict is not None:
+            return iter(self._dict)
+        loaded = iter(self._ids) if not self._removed else (i for i in self._ids if i not in self._removed)
+        return itertools.chain(loaded, list(self._added))
+
+    def __len__(self) -> int:
+        if self._dict is not None:
+            return len(self._dict)
+        return len(self._ids) - len(self._removed) + len(self._added)
+
+    def items(self):
+        return self._all().items()
+
+    def values(self):
+        return self._all().values()
+
+    def keys(self):
+        return self._all().keys() if self._dict is not None else super().keys()
+
+    def __eq__(self, other: object) -> bool:
+        return self._all() == (dict(other.items()) if isinstance(other, Mapping) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _loaded_shown(self) -> np.ndarray:
+        """Which loaded rows are still in the mapping (not removed or set again)."""
+        shown = np.ones(len(self._ids), bool)
+        if self._removed:
+            rows = [self._find(key) for key in self._removed]
+            shown[[row for row in rows if row is not None]] = False
+        return shown
+
+    def label_array(self) -> np.ndarray:
+        """Every label in the mapping (in no particular order), without the dict."""
+        if self._dict is not None:
+            return np.fromiter(self._dict.values(), np.int64, len(self._dict))
+        added = np.fromiter(self._added.values(), np.int64, len(self._added))
+        return np.concatenate([self._labels[self._loaded_shown()], added])
+
+    def shown(self, hidden: set[int]) -> list[str]:
+        """The ids whose label is not in ``hidden``, loaded ones first, without the dict."""
+        if self._dict is not None:
+            return [i for i, label in self._dict.items() if label not in hidden]
+        keep = self._loaded_shown() & ~np.isin(self._labels, np.fromiter(hidden, np.int64, len(hidden)))
+        return (list(itertools.compress(self._ids, keep.tolist()))
+                + [i for i, label in self._added.items() if label not in hidden])
+
+    def pairs(self) -> tuple[list[str], np.ndarray]:
+        """Every (id, label), as a list of ids and an array of their labels."""
+        if self._dict is not None:
+            return list(self._dict), np.fromiter(self._dict.values(), np.int64, len(self._dict))
+        shown = self._loaded_shown()
+        ids = self._ids if shown.all() else list(itertools.compress(self._ids, shown.tolist()))
+        return (ids + list(self._added),
+                np.concatenate([self._labels[shown], np.fromiter(self._added.values(), np.int64, len(self._added))]))
+
+
+def label_array(labels: Mapping[str, int]) -> np.ndarray:
+    """The labels of an id -> label mapping, as an array."""
+    if isinstance(labels, IdLabels):
+        return labels.label_array()
+    return np.fromiter(labels.values(), np.int64, len(labels))
+
+
+def id_label_pairs(labels: Mapping[str, int]) -> tuple[list[str], np.ndarray]:
+    if isinstance(labels, IdLabels):
+        return labels.pairs()
+    return list(labels), np.fromiter(labels.values(), np.int64, len(labels))
+
+
 def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIndex, dict[int, str]]:
     """Generation ``generation``'s records and state as one dict (``labels``: id -> label, ``records``: id -> the record,
     with its ``document`` and ``metadata``, ``excluded``, ``zeroed``, ``next_label``, ``records_length``,
@@ -347,19 +542,19 @@ def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIn
     if found is None:
         heads = None
         found = _parse_lines(root, generation, length)
-    ids, labels_of, starts, sizes = found
+    ids, labels_of, starts, sizes = found[:4]
+    crcs = found[4] if len(found) > 4 else None
+    lines_at = LineIndex(labels_of, starts, sizes)
     dead = {int(label) for label in state.get("dead", [])}
     to_blank: dict[int, str] = {}
     if dead:
         keep = ~np.isin(labels_of, np.fromiter(dead, np.int64))
         to_blank = {int(labels_of[k]): ids[k] for k in np.flatnonzero(~keep).tolist()}
-        kept = np.flatnonzero(keep).tolist()
-        ids = [ids[k] for k in kept]
-        kept_labels = labels_of[keep].tolist()
-    else:
-        kept_labels = labels_of.tolist()
-    lines_at = LineIndex(labels_of, starts, sizes)
-    labels = dict(zip(ids, kept_labels))
+        ids = list(itertools.compress(ids, keep.tolist()))
+        labels_of = labels_of[keep]
+        crcs = crcs[keep] if crcs is not None else None
+    labels: MutableMapping[str, int] = (IdLabels(ids, labels_of, crcs) if crcs is not None
+                                        else dict(zip(ids, labels_of.tolist())))
     side = {"next_label": state["next_label"], "excluded": state.get("excluded", []),
             "zeroed": state.get("zeroed", []), "labels": labels,
             "records": LazyRecords(root / RECORDS, labels, lines_at), "records_length": length, "heads": heads}
@@ -692,7 +887,8 @@ class FaissStore:
         committed = self.side.get("heads")
         if committed is None or self._rewrite_records:
             labels, offsets, lengths = self._lines.known()
-            id_of = {label: i for i, label in self.side["labels"].items()}
+            live_ids, live_labels = id_label_pairs(self.side["labels"])
+            id_of = dict(zip(live_labels.tolist(), live_ids))
             id_of.update(self._dead_ids)
             token, rows, size = secrets.randbits(62), 0, 0
         else:
@@ -711,7 +907,8 @@ class FaissStore:
             return None
         id_lengths = np.fromiter(map(len, names), np.int64, len(names))
         id_offsets = size + np.cumsum(id_lengths + 1) - id_lengths - 1
-        table = np.stack([labels, offsets, lengths, id_offsets, id_lengths], axis=1).astype("<i8")
+        crcs = np.fromiter(map(zlib.crc32, names), np.int64, len(names))
+        table = np.stack([labels, offsets, lengths, crcs, id_offsets, id_lengths], axis=1).astype("<i8")
         if rows == 0:
             header = np.zeros((1, _HEAD_COLUMNS), "<i8")
             header[0, :2] = (_HEADS_MARK, token)
@@ -760,24 +957,26 @@ class FaissStore:
             self._dead_ids.pop(label, None)
 
     def _blank_heads(self, labels: list[int]) -> bool:
-        """Zero the heads rows of ``labels`` (all but where their id lies) and overwrite their ids with spaces,
+        """Zero the heads rows of ``labels`` (all but where their id lay) and overwrite their ids with spaces,
         then fsync; after their lines were blanked, so that a crash in between leaves rows that still lead to
         those lines (blanked again, harmlessly). False when the files cannot be written."""
         _, rows, _ = (int(v) for v in self.side["heads"])
         row_bytes = 8 * _HEAD_COLUMNS
         try:
-            table = np.fromfile(self.dir / HEADS, dtype="<i8", count=_HEAD_COLUMNS * (rows + 1))
-            table = table.reshape(-1, _HEAD_COLUMNS)[1:]
-            hits = np.flatnonzero(np.isin(table[:, 0], np.asarray(labels, np.int64)) & (table[:, 2] > 0))
+            # mapped read-only (the rows are found in place, not copied); the writes below go through the fd
+            table = np.memmap(self.dir / HEADS, dtype="<i8", mode="r", shape=(rows + 1, _HEAD_COLUMNS))[1:]
+            hits = np.flatnonzero(np.isin(table[:, _LABEL], np.asarray(labels, np.int64)) & (table[:, _LINE_LEN] > 0))
+            places = table[hits][:, [_ID_AT, _ID_LEN]].tolist()
+            del table
             if not len(hits):
                 return True
             heads = os.open(self.dir / HEADS, os.O_WRONLY)
             try:
                 ids = os.open(self.dir / HEAD_IDS, os.O_WRONLY)
                 try:
-                    for row in hits.tolist():
-                        os.pwrite(heads, bytes(24), row_bytes * (row + 1))
-                        os.pwrite(ids, b" " * int(table[row, 4]), int(table[row, 3]))
+                    for row, (at, length) in zip(hits.tolist(), places):
+                        os.pwrite(heads, bytes(_ZEROED_BYTES), row_bytes * (row + 1))
+                        os.pwrite(ids, b" " * length, at)
                     os.fsync(ids)
                 finally:
                     os.close(ids)
@@ -886,6 +1085,8 @@ class FaissStore:
         labels = self.side["labels"]
         if not hidden:
             return list(labels)
+        if isinstance(labels, IdLabels):
+            return labels.shown(hidden)
         return [i for i, label in labels.items() if label not in hidden]
 
     def count(self) -> int:
@@ -894,7 +1095,8 @@ class FaissStore:
     def _id_of(self) -> dict[int, str]:
         id_of = self._cached()[1]
         if not id_of and self.side["labels"]:
-            id_of.update(zip(self.side["labels"].values(), self.side["labels"]))
+            ids, labels = id_label_pairs(self.side["labels"])
+            id_of.update(zip(labels.tolist(), ids))
         return id_of
 
     def raw_search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1024,7 +1226,7 @@ class FaissStore:
         # Vectors whose id the app already dropped (remove_ids cannot, on HNSW) are zeroed with them: no id
         # names them, so no erasure could ever ask for them by name.
         in_index = faiss.vector_to_array(self._index.id_map)
-        mapped = np.fromiter(self.side["labels"].values(), np.int64, len(self.side["labels"]))
+        mapped = label_array(self.side["labels"])
         known_zero = np.fromiter(self.side.get("zeroed", []), np.int64)
         orphans = set(in_index[~np.isin(in_index, mapped) & ~np.isin(in_index, known_zero)].tolist()) - labels
         labels |= orphans

@@ -576,7 +576,8 @@ def test_a_store_with_a_json_sidecar_is_read_and_written_in_the_records_layout(f
 
     ids = write(ftomb, "bob", 6)
     store = FaissStore(store_dir(ftomb), create=False)
-    legacy = {k: store.side[k] for k in ("next_label", "labels", "excluded", "zeroed")}
+    legacy = {k: store.side[k] for k in ("next_label", "excluded", "zeroed")}
+    legacy["labels"] = dict(store.side["labels"])
     legacy["records"] = dict(store.side["records"])  # every record read from its line
     (store_dir(ftomb) / f"sidecar-{store.generation:06d}.json").write_text(_json.dumps(legacy))
     store.state_path.unlink()
@@ -822,3 +823,45 @@ def test_an_id_holding_a_newline_leaves_the_store_without_heads(ftomb):
     store = FaissStore(root, create=False)
     assert store.side["heads"] is None and not (root / "heads.ids").exists() and not (root / "heads.bin").exists()
     assert set(store.get()) == set(ids) | {"two\nlines"}
+
+
+@pytest.mark.parametrize("colliding", [False, True])
+def test_the_id_to_label_map_read_from_the_heads_acts_as_a_dict(colliding, monkeypatch):
+    """The id -> label map a store opens with (ids, labels and CRCs as the heads files give them, no dict of
+    every id) answers every mapping operation as a dict with the same history does: lookups, sets, deletes,
+    iteration, length, the label array and the filtered listing, before and after it makes its dict. With
+    every CRC equal (each lookup meets only collisions) the ids themselves decide."""
+    import random
+    import zlib as _zlib
+
+    from tombstone_adapters.faiss import store as store_module
+    from tombstone_adapters.faiss.store import IdLabels, id_label_pairs, label_array
+
+    ids = [f"id-{k:04d}" for k in range(400)] + ["zoë", 'q"uote']
+    labels = np.arange(1000, 1000 + len(ids), dtype=np.int64)
+    crcs = (np.full(len(ids), 7, np.int64) if colliding
+            else np.array([_zlib.crc32(i.encode()) for i in ids], np.int64))
+    if colliding:
+        monkeypatch.setattr(store_module, "_crc", lambda _id: 7)
+    mapping, twin = IdLabels(list(ids), labels, crcs), dict(zip(ids, labels.tolist()))
+    rng = random.Random(5)
+    for step in range(600):
+        if step == 400:  # from here on every lookup goes to the dict it makes
+            monkeypatch.setattr(store_module, "_LOOKUPS_BEFORE_DICT", 0)
+            mapping["trigger"] = twin["trigger"] = 1
+        key = rng.choice(ids + [f"new-{k}" for k in range(20)])
+        op = rng.randrange(4)
+        if op == 0:
+            assert mapping.get(key) == twin.get(key) and (key in mapping) == (key in twin)
+        elif op == 1:
+            mapping[key] = twin[key] = step
+        elif op == 2:
+            assert mapping.pop(key, None) == twin.pop(key, None)
+        else:
+            hidden = set(rng.sample(sorted(twin.values()), 5))
+            assert sorted(mapping.shown(hidden)) == sorted(i for i, label in twin.items() if label not in hidden)
+        assert len(mapping) == len(twin) and sorted(mapping) == sorted(twin)
+        assert sorted(label_array(mapping).tolist()) == sorted(twin.values())
+        pair_ids, pair_labels = id_label_pairs(mapping)
+        assert dict(zip(pair_ids, pair_labels.tolist())) == twin
+    assert mapping == twin and dict(mapping.items()) == twin
