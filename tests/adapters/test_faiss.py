@@ -757,11 +757,18 @@ def test_opening_reads_ids_and_labels_from_the_heads_files_which_agree_with_the_
     assert by_heads[3] and not by_parse[3]
     assert by_heads[:3] == by_parse[:3]
     sizes = {p.name: p.stat().st_size for p in root.iterdir() if p.name.startswith("heads.")}
+
+    def crcs_held() -> set[int]:
+        rows = np.fromfile(root / "heads.bin", "<i8").reshape(-1, 6)[1:]
+        return set(rows[:, 3].tolist()) & {zlib.crc32(i.encode()) for i in mine}
+
+    assert len(crcs_held()) == len(mine)  # control: each erased id's row holds its CRC
     adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
     arts = [ftomb.lineage.artifact("vec", i) for i in mine]
     adapter.suppress(arts)
     adapter.reclaim(arts)
     assert {p.name: p.stat().st_size for p in root.iterdir() if p.name.startswith("heads.")} == sizes
+    assert not crcs_held(), "an erased row keeps no CRC of its id"
     assert scan(root, mine[0].encode()) == [] and all(r.passed for r in adapter.probe_physical(arts).values())
     after = FaissStore(root, create=False)
     assert after.side["heads"] is not None and set(after.get()) == set(odd + theirs)
