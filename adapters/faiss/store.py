@@ -363,15 +363,21 @@ class IdLabels(MutableMapping):
         """Every pair, once something asked for all of them (or for many ids one by one: a listing, a bulk
         read); from then on the only state."""
         self._lookups = 0
+        self._found: dict[str, int | None] = {}
+        """The loaded row of each id looked up so far (None: not loaded): an erasure asks for the same ids
+        several times."""
 
     def _row(self, key: str) -> int | None:
         if key in self._removed or not isinstance(key, str):
             return None
+        if key in self._found:
+            return self._found[key]
         self._lookups += 1
         if self._lookups > _LOOKUPS_BEFORE_DICT:
             self._all()
             raise _Materialized
-        return self._find(key)
+        row = self._found[key] = self._find(key)
+        return row
 
     def _find(self, key: str) -> int | None:
         """The loaded row holding ``key`` (removed or not), or None."""
@@ -397,7 +403,7 @@ class IdLabels(MutableMapping):
             pairs.update(self._added)
             self._dict = pairs
             self._ids, self._labels, self._crcs, self._sorted = [], self._labels[:0], self._crcs[:0], None
-            self._removed, self._added = set(), {}
+            self._removed, self._added, self._found = set(), {}, {}
         return self._dict
 
     def __getitem__(self, key: str) -> int:
