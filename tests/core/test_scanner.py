@@ -150,3 +150,21 @@ def test_no_file_is_read_past_its_size_when_opened(tmp_path, monkeypatch):
     big.write_bytes(b"0123456789")
     with pytest.raises(PhysicalUnsupportedError, match="larger than the scan bound"):
         scan_files([big], {"x": b"9"}, root=tmp_path)
+
+
+def test_every_byte_value_is_written_as_its_own_hex_escape_for_the_matcher(tmp_path):
+    """The matcher's expressions name each byte of a pattern as ``\\xHH``, all 256 values included; a scan
+    finds patterns holding every byte value (NUL, newline, backslash, regex metacharacters) where they lie and
+    not a near miss."""
+    from tombstone.verify.scanner import _escaped
+
+    every = bytes(range(256))
+    assert _escaped(every) == b"".join(b"\\x%02x" % c for c in every)
+    assert _escaped(b"") == b""
+    pieces = {f"p{k}": every[k:k + 24] for k in range(0, 232, 8)}
+    near = {f"miss{k}": every[k:k + 23] + b"!" for k in range(0, 232, 40)}
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(b"head" + every + b"tail")
+    report = scan_files([path], {**pieces, **near})
+    assert all([h.offset for h in report.hits[key]] == [4 + int(key[1:])] for key in pieces)
+    assert not any(report.hits[key] for key in near)

@@ -127,6 +127,11 @@ def _open_regular(path: Path, expected: os.stat_result):
     return fh, min(st.st_size, MAX_FILE_BYTES)
 
 
+def _escaped(literal: bytes) -> bytes:
+    """``literal`` as a hyperscan expression that matches exactly its bytes: each byte written ``\\xHH``."""
+    return ("\\x" + literal.hex(" ").replace(" ", "\\x")).encode("ascii") if literal else b""
+
+
 class _Matcher:
     """Every occurrence of any of ``patterns`` in a buffer, as (pattern index, start offset).
 
@@ -154,7 +159,7 @@ class _Matcher:
             self._windows = list(windows.values())
             keys = list(windows)
             self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            self._db.compile(expressions=[b"".join(b"\\x%02x" % c for c in w) for w in keys],
+            self._db.compile(expressions=[_escaped(w) for w in keys],
                              ids=list(range(len(keys))), elements=len(keys), flags=[0] * len(keys))
             self._window_lengths = [len(w) for w in keys]
             self.engine = "hyperscan"
