@@ -104,7 +104,7 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
         pending = table[np.isin(table[:, _LABEL], np.fromiter(to_blank, np.int64, len(to_blank)))
                         & (table[:, _LINE_LEN] > 0)]
         with open(root / HEAD_IDS, "rb") as fh:
-            unblanked = sum(_unblanked(_read_at(fh, int(at), int(n))) for at, n in pending[:, [_ID_AT, _ID_LEN]].tolist())
+            unblanked = sum(_unblanked(_read_at(fh, at, n)) for at, n in pending[:, [_ID_AT, _ID_LEN]].tolist())
             fh.seek(size)
             tail = len(fh.read())
         tail += max(0, (root / HEADS).stat().st_size - 8 * _HEAD_COLUMNS * (rows + 1))

@@ -16,9 +16,10 @@ Layout of the store directory::
                             offset and length, the CRC-32 of the id, the id's offset and length in heads.ids)
                             after a header row (a mark and the token the state names), and the ids, each
                             followed by a newline. Appended with the records file, cut back with it; a dropped
-                            record's row is zeroed (all but where its id lay) and its id overwritten with spaces right after
-                            its line is blanked. A state that names no heads (an older store, ids with a
-                            newline) is read by parsing the records file; its next commit writes them anew
+                            record's row is zeroed (all but where its id lay) and its id overwritten with
+                            spaces right after its line is blanked. A state that names no heads (an older
+                            store, ids with a newline) is read by parsing the records file; its next commit
+                            writes them anew
 
 A commit appends the new records' lines past the committed length, writes the index of generation N+1 (or,
 when only the state changed, hard-links N's), writes state N+1 (temp file, fsync, rename), then switches
@@ -523,7 +524,8 @@ def id_label_pairs(labels: Mapping[str, int]) -> tuple[list[str], np.ndarray]:
     return list(labels), np.fromiter(labels.values(), np.int64, len(labels))
 
 
-def read_generation(root: Path, generation: int) -> tuple[dict[str, Any], LineIndex, dict[int, str]]:
+def read_generation(root: Path, generation: int,
+                    ) -> tuple[dict[str, Any], LineIndex, dict[int, str]]:
     """Generation ``generation``'s records and state as one dict (``labels``: id -> label, ``records``: id -> the record,
     with its ``document`` and ``metadata``, ``excluded``, ``zeroed``, ``next_label``, ``records_length``,
     ``heads``: the heads files' ``[token, rows, id bytes]`` when they were read, else None), where its records'
@@ -851,7 +853,9 @@ class FaissStore:
         self._new, self._rewrite_records = [], False
         self._views = None
         self._current_stamp = None
-        keep = {self.index_path.name, self.state_path.name, RECORDS, "CURRENT"} | ({HEADS, HEAD_IDS} if heads else set())
+        keep = {self.index_path.name, self.state_path.name, RECORDS, "CURRENT"}
+        if heads:
+            keep |= {HEADS, HEAD_IDS}
         for path in self.dir.iterdir():
             if path.is_file() and path.name not in keep:
                 path.unlink()
