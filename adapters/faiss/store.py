@@ -402,9 +402,8 @@ class IdLabels(MutableMapping):
             for key in self._removed:
                 pairs.pop(key, None)
             pairs.update(self._added)
+            # The loaded lists stay as they are: a reader in another thread may be halfway through a lookup.
             self._dict = pairs
-            self._ids, self._labels, self._crcs, self._sorted = [], self._labels[:0], self._crcs[:0], None
-            self._removed, self._added, self._found = set(), {}, {}
         return self._dict
 
     def __getitem__(self, key: str) -> int:
