@@ -100,9 +100,12 @@ def scan_faiss(store: str, backend: str, options: Mapping[str, Any]) -> ScanRepo
     heads = side.get("heads")
     if heads is not None:
         _, rows, size = (int(v) for v in heads)
-        table = np.fromfile(root / HEADS, dtype="<i8", count=_HEAD_COLUMNS * (rows + 1)).reshape(-1, _HEAD_COLUMNS)[1:]
-        pending = table[np.isin(table[:, _LABEL], np.fromiter(to_blank, np.int64, len(to_blank)))
-                        & (table[:, _LINE_LEN] > 0)]
+        pending = np.zeros((0, _HEAD_COLUMNS), np.int64)
+        if to_blank:  # the rows of records a crash left unblanked (none after a clean commit: nothing read)
+            table = np.fromfile(root / HEADS, dtype="<i8", count=_HEAD_COLUMNS * (rows + 1))
+            table = table.reshape(-1, _HEAD_COLUMNS)[1:]
+            pending = table[np.isin(table[:, _LABEL], np.fromiter(to_blank, np.int64, len(to_blank)))
+                            & (table[:, _LINE_LEN] > 0)]
         with open(root / HEAD_IDS, "rb") as fh:
             unblanked = sum(_unblanked(_read_at(fh, at, n)) for at, n in pending[:, [_ID_AT, _ID_LEN]].tolist())
             fh.seek(size)

@@ -102,6 +102,15 @@ def _record_line(artifact_id: str, label: int, document: Any, metadata: Any) -> 
                       ensure_ascii=False).encode("utf-8") + b"\n"
 
 
+def _followed_by(lines: tuple[np.ndarray, np.ndarray, np.ndarray], more: Mapping[int, tuple[int, int]],
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Labels, offsets and lengths of ``lines``, then those of ``more`` (label -> (offset, length))."""
+    if not more:
+        return lines
+    rows = np.array([(label, o, n) for label, (o, n) in more.items()], np.int64).reshape(-1, 3)
+    return tuple(np.concatenate([column, rows[:, k]]) for k, column in enumerate(lines))  # type: ignore[return-value]
+
+
 class LineIndex:
     """Where each record's line lies in the records file (label -> offset and length), for the lines not yet
     blanked: arrays for the lines a load found, a dict for those appended since."""
@@ -150,11 +159,7 @@ class LineIndex:
         if self._gone and len(labels):
             keep = ~np.isin(labels, np.fromiter(self._gone, np.int64, len(self._gone)))
             labels, offsets, lengths = labels[keep], offsets[keep], lengths[keep]
-        if self._appended:
-            more = np.array([(label, o, n) for label, (o, n) in self._appended.items()], np.int64).reshape(-1, 3)
-            labels, offsets, lengths = (np.concatenate([labels, more[:, 0]]), np.concatenate([offsets, more[:, 1]]),
-                                        np.concatenate([lengths, more[:, 2]]))
-        return labels, offsets, lengths
+        return _followed_by((labels, offsets, lengths), self._appended)
 
     def place(self, label: int) -> tuple[int, int] | None:
         """(offset, length) of one label's line, or None when it is not known or already blanked: a binary
@@ -254,9 +259,9 @@ class LazyRecords(MutableMapping):
         return len(self._labels)
 
 
-def _read_heads(root: Path, heads: Any, records_length: int) -> tuple[list[str], np.ndarray, np.ndarray,
-                                                                      np.ndarray] | None:
-    """The live lines' ids, labels, offsets and lengths as the heads files ``heads`` (the state's
+def _read_heads(root: Path, heads: Any, records_length: int,
+                ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The live lines' ids, labels, offsets, lengths and id CRCs as the heads files ``heads`` (the state's
     ``[token, rows, id bytes]``) name them, or None when the state names none or the files do not agree with
     it (missing, short, another token, rows and ids that do not add up): the records file is parsed then."""
     try:
@@ -548,9 +553,8 @@ def read_generation(root: Path, generation: int,
     found = _read_heads(root, heads, length) if heads is not None else None
     if found is None:
         heads = None
-        found = _parse_lines(root, generation, length)
-    ids, labels_of, starts, sizes = found[:4]
-    crcs = found[4] if len(found) > 4 else None
+        found = (*_parse_lines(root, generation, length), None)
+    ids, labels_of, starts, sizes, crcs = found
     lines_at = LineIndex(labels_of, starts, sizes)
     dead = {int(label) for label in state.get("dead", [])}
     to_blank: dict[int, str] = {}
@@ -671,10 +675,9 @@ class FaissStore:
         """Where the records' lines lie in the records file (those not yet blanked)."""
         self._new: list[str] = []
         """Ids added since the last commit (their lines are appended by the next one)."""
-        self._dead: set[int] = set()
-        """Labels dropped since the last commit, plus any the committed generation still names to blank."""
-        self._dead_ids: dict[int, str] = {}
-        """The ids of those labels (what their heads rows hold, for a commit that writes the heads anew)."""
+        self._dead: dict[int, str] = {}
+        """Labels dropped since the last commit, plus any the committed generation still names to blank, with
+        their ids (what their heads rows hold, for a commit that writes the heads anew)."""
         self._rewrite_records = False
         """Loaded from a ``sidecar-<N>.json`` store: the next commit writes every record to the records file."""
         if create:
@@ -732,7 +735,7 @@ class FaissStore:
                     continue
                 raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
         self.generation, self._index, self._mapped, self.side = generation, index, mapped, side
-        self._lines, self._new, self._dead, self._dead_ids = lines, [], set(to_blank), dict(to_blank)
+        self._lines, self._new, self._dead = lines, [], dict(to_blank)
         self._rewrite_records = not self._state_file(generation).exists()
         self._views = None
 
@@ -782,8 +785,7 @@ class FaissStore:
         self.side["records"].pop(artifact_id, None)
         if label is None:
             return False
-        self._dead.add(label)
-        self._dead_ids[label] = artifact_id
+        self._dead[label] = artifact_id
         return True
 
     @property
@@ -898,16 +900,13 @@ class FaissStore:
             labels, offsets, lengths = self._lines.known()
             live_ids, live_labels = id_label_pairs(self.side["labels"])
             id_of = dict(zip(live_labels.tolist(), live_ids))
-            id_of.update(self._dead_ids)
+            id_of.update(self._dead)
             token, rows, size = secrets.randbits(62), 0, 0
         else:
             labels, offsets, lengths = (np.zeros(0, np.int64),) * 3
             id_of = {self.side["labels"][i]: i for i in self._new if i in self.side["labels"]}
             token, rows, size = (int(v) for v in committed)
-        if appended:
-            more = np.array([(label, o, n) for label, (o, n) in appended.items()], np.int64).reshape(-1, 3)
-            labels, offsets, lengths = (np.concatenate([labels, more[:, 0]]), np.concatenate([offsets, more[:, 1]]),
-                                        np.concatenate([lengths, more[:, 2]]))
+        labels, offsets, lengths = _followed_by((labels, offsets, lengths), appended)
         try:
             names = [id_of[label].encode("utf-8") for label in labels.tolist()]
         except KeyError:  # a line whose id is not known here: heads cannot be written for it
@@ -961,9 +960,8 @@ class FaissStore:
             if not self._blank_heads(labels):
                 return
         self._lines.forget(labels)
-        self._dead -= set(labels)
         for label in labels:
-            self._dead_ids.pop(label, None)
+            self._dead.pop(label, None)
 
     def _blank_heads(self, labels: list[int]) -> bool:
         """Zero the heads rows of ``labels`` (all but where their id lay) and overwrite their ids with spaces,
