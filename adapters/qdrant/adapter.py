@@ -352,23 +352,34 @@ class QdrantAdapter(QdrantHooks, Adapter):
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    if dim else [] for art in artifacts}
+        # Every search here (raw and wrapped) names a point by its payload id, and the raw filtered scroll
+        # above read that payload key on every live point of the collection: a search can return an artifact
+        # only while that scroll found it, so the others' probe vectors are not searched (local mode scores
+        # every point per query, which made this probe grow with the store).
+        held = found["raw.scroll(where id)"]
+        searched = [(aid, q) for aid, q in queries.items() if aid in held]
         # With nothing flagged the wrapper's query is the client's same call, filtered: it returns a subset of
         # the raw query's points, and is asked only the queries whose raw results held the artifact.
-        nearest = nearest_paths_many(list(queries.items()), searchers, min(TOP_K, total),
+        nearest = nearest_paths_many(searched, searchers, min(TOP_K, total),
                                      within=None if flagged else {"wrapper": "raw"})
         results = {}
         for art in artifacts:
             aid = art.artifact_id
             paths = {name: aid in hits for name, hits in found.items()}
-            paths.update(nearest[aid])
+            paths.update(nearest.get(aid, {}))
             returned = sorted(p for p, hit in paths.items() if hit)
+            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])}
+            if aid in held:
+                evidence["wrapper_searches"] = ("every probe vector" if flagged
+                                                else "where the raw search returned the artifact (nothing flagged)")
+            elif queries[aid]:
+                evidence["nearest_neighbours"] = ("not searched: every search names a point by its payload id, and"
+                                                  " no live point of the collection carries this one")
             results[aid] = ProbeResult(
                 level=Level.LOGICAL,
                 passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
-                evidence={"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid]),
-                          "wrapper_searches": "every probe vector" if flagged
-                          else "where the raw search returned the artifact (nothing flagged)"},
+                evidence=evidence,
             )
         return results
 

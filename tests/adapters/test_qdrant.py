@@ -372,4 +372,57 @@ def test_the_logical_probe_asks_the_wrapper_only_where_the_raw_search_found_the_
     receipt, _ = qtomb.erase("alice")
     for entry in receipt["artifacts"]:
         logical = next(p for p in entry["evidence"]["probes"] if p["level"] == "logical")
-        assert entry["status"] == "VERIFIED" and logical["detail"]["wrapper_searches"].startswith("where the raw")
+        assert entry["status"] == "VERIFIED" and logical["detail"]["nearest_neighbours"].startswith("not searched")
+
+
+def test_the_logical_probe_searches_only_ids_a_live_point_still_carries(qtomb):
+    """Every search the probe runs names a point by its payload id, and the probe's filtered scroll reads that
+    key on every live point: an erased artifact no point carries is not searched, with the verdicts a search of
+    every probe vector gives. Controls: before the erasure every artifact is searched and found; a point the
+    app writes afterwards under another point id but the same payload id is searched, and found."""
+    from tombstone.verify import logical
+
+    mine = write(qtomb, "alice", 4)
+    theirs = write(qtomb, "bob", 20)
+    adapter = qtomb.adapter("qd")
+    arts = [qtomb.lineage.artifact("qd", i) for i in mine]
+    survivor = qtomb.lineage.artifact("qd", theirs[0])
+    vectors = qtomb.lineage.probe_vectors(arts + [survivor])
+    searched: list[list[str]] = []
+    real = logical.nearest_paths_many
+
+    def counting(items, searchers, k, **kw):
+        searched.append(sorted(aid for aid, _ in items))
+        return real(items, searchers, k, **kw)
+
+    with mock.patch("tombstone_adapters.qdrant.adapter.nearest_paths_many", counting):
+        before = adapter.probe_logical(arts, vectors)
+    assert searched == [sorted(mine)] and all(not r.passed for r in before.values())
+    raw = {aid: [p for p in r.evidence["returned_by"] if p.startswith("raw.top40")] for aid, r in before.items()}
+    assert all(raw.values()), "control: the raw search returns each artifact before the erasure"
+    receipt, _ = qtomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    searched.clear()
+    with mock.patch("tombstone_adapters.qdrant.adapter.nearest_paths_many", counting):
+        after = adapter.probe_logical(arts + [survivor], vectors)
+    assert searched == [[theirs[0]]], "only the survivor's probe vectors went through the searches"
+    assert all(after[a].passed and after[a].evidence["nearest_neighbours"].startswith("not searched") for a in mine)
+    assert not after[theirs[0]].passed and "nearest_neighbours" not in after[theirs[0]].evidence
+    # the verdicts of searching every probe vector of the erased artifacts, raw and through the wrapper
+    client = local_client(path_of(qtomb))
+    for art in arts:
+        for label, v in logical.probe_set(art.fingerprint, vectors.get(art.artifact_id, []), DIM):
+            for p in client.query_points("chunks", query=logical.fit_dim(v, DIM).tolist(), limit=40,
+                                         with_payload=True).points:
+                assert (p.payload or {}).get("tombstone_id") != art.artifact_id
+    # control: the app writes the erased text again under another point id, carrying the same payload id
+    stray = next(iter(vectors[mine[0]]))
+    client.upsert("chunks", [models.PointStruct(id=point_id("another-" + mine[0]), vector=np.asarray(stray).tolist(),
+                                                payload={"tombstone_id": mine[0]})])
+    searched.clear()
+    with mock.patch("tombstone_adapters.qdrant.adapter.nearest_paths_many", counting):
+        again = adapter.probe_logical(arts, vectors)
+    assert searched == [[mine[0]]]
+    stray_result = again[mine[0]]
+    assert not stray_result.passed and "raw.scroll(where id)" in stray_result.evidence["returned_by"]
+    assert any(p.startswith("raw.top40(fragment") for p in stray_result.evidence["returned_by"])
