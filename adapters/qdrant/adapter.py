@@ -35,11 +35,30 @@ from .local import _clients, close_local_clients, held, local_client  # noqa: F4
 REWRITE_SUFFIX = "-tombstone-rewrite"
 MARKER = ".tombstone-rewrite.json"
 _PAGE = 256
+_LISTING_PAGE = 50_000
 
 
 def pickled_floats(values: Sequence[float]) -> bytes:
     """How pickle writes a list of floats: one BINFLOAT opcode (``G`` + big-endian float64) each."""
     return b"".join(b"G" + struct.pack(">d", float(x)) for x in values)
+
+
+def carried_ids(point) -> set[str]:
+    """The ids a point's payload carries under the id key: its string, or each string of a list (a filter on
+    the key matches a list by any of its items)."""
+    value = (point.payload or {}).get(ID_KEY)
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, list):
+        return {v for v in value if isinstance(v, str)}
+    return set()
+
+
+def result_name(point) -> str | None:
+    """How the probe names a search result: its payload id when that is a string (what the wrapper writes),
+    else a printed form that equals no artifact id (a list holding one is found by the listing and the filter)."""
+    value = (point.payload or {}).get(ID_KEY)
+    return value if value is None or isinstance(value, str) else repr(value)
 
 
 class QdrantAdapter(QdrantHooks, Adapter):
@@ -256,13 +275,13 @@ class QdrantAdapter(QdrantHooks, Adapter):
             return target.query_points(v.tolist(), limit=k, with_vectors=with_vectors)
 
         def search(vectors: np.ndarray, k: int):
-            ids = [[(p.payload or {}).get(ID_KEY) for p in points(v, k, False)] for v in vectors]
+            ids = [[result_name(p) for p in points(v, k, False)] for v in vectors]
 
             def candidates(rows: list[int]) -> list[np.ndarray]:
                 # the same search again, with the vectors, for the few rows MMR needs, aligned by id
                 out = []
                 for r in rows:
-                    by_id = {(p.payload or {}).get(ID_KEY): p.vector for p in points(vectors[r], k, True)}
+                    by_id = {result_name(p): p.vector for p in points(vectors[r], k, True)}
                     out.append(np.asarray([by_id.get(i, np.zeros(vectors.shape[1])) for i in ids[r]],
                                           dtype=np.float32))
                 return out
@@ -299,15 +318,29 @@ class QdrantAdapter(QdrantHooks, Adapter):
                     out[aid] = np.asarray(p.vector, dtype=np.float32)
         return out
 
+    def payload_ids(self) -> set[str]:
+        """The payload id (string, or each string of a list) of every live point: one unfiltered read of the
+        collection, in large pages (local mode sorts every point id on each scroll call)."""
+        out: set[str] = set()
+        offset = None
+        while True:
+            points, offset = self.client.scroll(self.name, limit=_LISTING_PAGE, offset=offset,
+                                                with_payload=models.PayloadSelectorInclude(include=[ID_KEY]))
+            for p in points:
+                out |= carried_ids(p)
+            if offset is None:
+                return out
+
     def flagged(self) -> frozenset[str]:
         """Artifact ids whose point carries the suppression flag (one filtered scroll of the collection)."""
         flag = models.Filter(must=[models.FieldCondition(key=SUPPRESSED, match=models.MatchValue(value=True))])
         out: set[str] = set()
         offset = None
         while True:
-            points, offset = self.client.scroll(self.name, scroll_filter=flag, limit=_PAGE, offset=offset,
-                                                with_payload=True)
-            out |= {(p.payload or {}).get(ID_KEY) or str(p.id) for p in points}
+            points, offset = self.client.scroll(self.name, scroll_filter=flag, limit=_LISTING_PAGE, offset=offset,
+                                                with_payload=models.PayloadSelectorInclude(include=[ID_KEY]))
+            for p in points:
+                out |= carried_ids(p) or {str(p.id)}
             if offset is None:
                 return frozenset(out)
 
@@ -323,25 +356,34 @@ class QdrantAdapter(QdrantHooks, Adapter):
         dim = params.size if isinstance(params, models.VectorParams) else None
         total = self.client.count(self.name, exact=True).count
         searchers = {"raw": self._searcher(None, True), "wrapper": self._searcher(view, False)}
-        # The by-id paths are asked once for the whole batch (local mode evaluates a filter in Python over
-        # every point, so one call per artifact would cost the batch times the store).
+        # The by-id paths are asked once for the whole batch. Local mode evaluates a filter in Python over every
+        # point, comparing each with every id the filter names, so a filter naming the batch's ids costs the
+        # store times the batch: the collection is first read once, unfiltered (every live point's payload id),
+        # and the filtered reads are asked only for the ids that listing found (a filter on the id reads the
+        # same payload key, so for the others it can match nothing).
         ids = [a.artifact_id for a in artifacts]
-        found: dict[str, set[str]] = {name: set() for name in ("raw.retrieve", "raw.scroll(where id)",
+        listed = self.payload_ids()
+        found: dict[str, set[str]] = {name: set() for name in ("raw.retrieve", "raw.scroll()", "raw.scroll(where id)",
                                                                 "wrapper.retrieve", "wrapper.scroll(where id)",
                                                                 "wrapper.count(where id)")}
-        payload_id = lambda point: (point.payload or {}).get(ID_KEY)
+        found["raw.scroll()"] = listed.intersection(ids)
         for start in range(0, len(ids), _PAGE):
             part = ids[start : start + _PAGE]
+            for p in self.client.retrieve(self.name, ids=[point_id(i) for i in part]):
+                found["raw.retrieve"] |= carried_ids(p)
+            for p in view.retrieve(part):
+                found["wrapper.retrieve"] |= carried_ids(p)
+        on_file = sorted(found["raw.scroll()"])
+        for start in range(0, len(on_file), _PAGE):
+            part = on_file[start : start + _PAGE]
             by_ids = models.Filter(must=[models.FieldCondition(key=ID_KEY, match=models.MatchAny(any=part))])
-            found["raw.retrieve"] |= {payload_id(p) for p in self.client.retrieve(self.name,
-                                                                                ids=[point_id(i) for i in part])}
-            found["wrapper.retrieve"] |= {payload_id(p) for p in view.retrieve(part)}
             for name, scroll in (("raw.scroll(where id)", lambda **kw: self.client.scroll(self.name, **kw)),
                                  ("wrapper.scroll(where id)", view.scroll)):
                 offset = None
                 while True:
                     points, offset = scroll(scroll_filter=by_ids, limit=_PAGE, offset=offset, with_payload=True)
-                    found[name] |= {payload_id(p) for p in points}
+                    for p in points:
+                        found[name] |= carried_ids(p)
                     if offset is None:
                         break
             if view.count(by_ids) > 0:  # a count names no id: only then is each one counted on its own
@@ -352,11 +394,11 @@ class QdrantAdapter(QdrantHooks, Adapter):
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    if dim else [] for art in artifacts}
-        # Every search here (raw and wrapped) names a point by its payload id, and the raw filtered scroll
-        # above read that payload key on every live point of the collection: a search can return an artifact
-        # only while that scroll found it, so the others' probe vectors are not searched (local mode scores
-        # every point per query, which made this probe grow with the store).
-        held = found["raw.scroll(where id)"]
+        # Every search here (raw and wrapped) names a point by its payload id, and the listing above read that
+        # payload key on every live point of the collection: a search can return an artifact only while the
+        # listing found it, so the others' probe vectors are not searched (local mode scores every point per
+        # query, which made this probe grow with the store).
+        held = found["raw.scroll()"]
         searched = [(aid, q) for aid, q in queries.items() if aid in held]
         # With nothing flagged the wrapper's query is the client's same call, filtered: it returns a subset of
         # the raw query's points, and is asked only the queries whose raw results held the artifact.
@@ -372,9 +414,12 @@ class QdrantAdapter(QdrantHooks, Adapter):
             if aid in held:
                 evidence["wrapper_searches"] = ("every probe vector" if flagged
                                                 else "where the raw search returned the artifact (nothing flagged)")
-            elif queries[aid]:
-                evidence["nearest_neighbours"] = ("not searched: every search names a point by its payload id, and"
-                                                  " no live point of the collection carries this one")
+            else:
+                evidence["by_filter"] = ("not asked: no live point of the collection carries this payload id"
+                                         " (raw.scroll(), every point read), and a filter on the id reads that key")
+                if queries[aid]:
+                    evidence["nearest_neighbours"] = ("not searched: every search names a point by its payload id,"
+                                                      " and no live point of the collection carries this one")
             results[aid] = ProbeResult(
                 level=Level.LOGICAL,
                 passed=not returned,

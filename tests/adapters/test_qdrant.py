@@ -407,6 +407,7 @@ def test_the_logical_probe_searches_only_ids_a_live_point_still_carries(qtomb):
         after = adapter.probe_logical(arts + [survivor], vectors)
     assert searched == [[theirs[0]]], "only the survivor's probe vectors went through the searches"
     assert all(after[a].passed and after[a].evidence["nearest_neighbours"].startswith("not searched") for a in mine)
+    assert all(after[a].evidence["by_filter"].startswith("not asked") for a in mine)
     assert not after[theirs[0]].passed and "nearest_neighbours" not in after[theirs[0]].evidence
     # the verdicts of searching every probe vector of the erased artifacts, raw and through the wrapper
     client = local_client(path_of(qtomb))
@@ -425,4 +426,10 @@ def test_the_logical_probe_searches_only_ids_a_live_point_still_carries(qtomb):
     assert searched == [[mine[0]]]
     stray_result = again[mine[0]]
     assert not stray_result.passed and "raw.scroll(where id)" in stray_result.evidence["returned_by"]
+    assert "raw.scroll()" in stray_result.evidence["returned_by"]
     assert any(p.startswith("raw.top40(fragment") for p in stray_result.evidence["returned_by"])
+    # a payload id held in a list still matches a filter on the id: the listing counts each string of a list
+    client.upsert("chunks", [models.PointStruct(id=point_id("listed-" + mine[1]), vector=np.asarray(stray).tolist(),
+                                                payload={"tombstone_id": ["other", mine[1]]})])
+    listed = adapter.probe_logical(arts, vectors)[mine[1]]
+    assert not listed.passed and {"raw.scroll()", "raw.scroll(where id)"} <= set(listed.evidence["returned_by"])
