@@ -111,3 +111,70 @@ def test_a_long_subject_is_cut_in_errors(tmp_path):
     assert run("demo", "--workdir", str(root), "--backends", "docstore", "--erase", "none").exit_code == 0
     err = one_line_error(run("erase", "x" * 5000, "--config", str(root / "tombstone.toml")), 2)
     assert len(err) < 200 and "xxxx...'" in err
+
+
+def test_a_batch_killed_after_writing_every_receipt_seals_none_and_resume_seals_each(tmp_path):
+    """A batch's receipts are signed in chain order and written, then sealed in one transaction: killed in
+    between, the chain holds none of them (each saga still running, its file unsealed) and resume seals each."""
+    import json
+    import signal
+
+    from tombstone.testing.crash import cli
+
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--backends", "docstore", "--subjects", "3", "--erase", "none").exit_code == 0
+    config = str(root / "tombstone.toml")
+    listing = tmp_path / "subjects.txt"
+    listing.write_text("user-0001\nuser-0002\nuser-0003\n")
+    killed = cli("erase", "--subjects-file", str(listing), "--config", config,
+                 env={"TOMBSTONE_KILL_AT": "saga:receipt:before-chain#3"})
+    assert killed.returncode == -signal.SIGKILL
+    files = sorted(p.name for p in (root / "receipts").iterdir())
+    assert files == ["user-0001.json", "user-0002.json", "user-0003.json"], "every file written first"
+    assert [json.loads((root / "receipts" / f).read_text())["sequence"] for f in files] == [1, 2, 3]
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        assert tomb.lineage.chain_head() is None and len(tomb.lineage.sagas("running")) == 3
+    resumed = cli("resume", "--config", config)
+    assert resumed.returncode == 0, resumed.stderr
+    key = str(root / "keys" / "signing.pub")
+    for f in files:
+        assert cli("receipt", "verify", str(root / "receipts" / f), "--key", key).returncode == 0
+    assert cli("receipt", "head", "--config", config).stdout.startswith("3:")
+
+
+def test_a_receipt_that_cannot_be_written_mid_batch_seals_those_before_it(tmp_path, monkeypatch):
+    """Writing the second of three receipts fails: the first is sealed, the other two sagas stay running
+    with nothing of theirs in the chain, and resume finishes them on the same chain."""
+    import errno
+
+    from tombstone.errors import SagaError
+    from tombstone.saga import engine
+
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--backends", "docstore", "--subjects", "3", "--erase", "none").exit_code == 0
+    real = engine.write_atomic
+
+    def full_disk(path, data):
+        if path.name.startswith("user-0002"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(engine, "write_atomic", full_disk)
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        try:
+            tomb.erase_many(["user-0001", "user-0002", "user-0003"])
+        except SagaError as exc:
+            assert "No space left" in str(exc) and "tombstone resume" in str(exc)
+        else:
+            raise AssertionError("the failed write was not reported")
+        head = tomb.lineage.chain_head()
+        assert head is not None and head[0] == 1
+        assert len(tomb.lineage.sagas("running")) == 2
+    monkeypatch.setattr(engine, "write_atomic", real)
+    config = str(root / "tombstone.toml")
+    assert run("resume", "--config", config).exit_code == 0
+    key = str(root / "keys" / "signing.pub")
+    for subject in ("user-0001", "user-0002", "user-0003"):
+        assert run("receipt", "verify", str(root / "receipts" / f"{subject}.json"), "--key", key).exit_code == 0
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        assert tomb.lineage.chain_head()[0] == 3 and not tomb.lineage.sagas("running")

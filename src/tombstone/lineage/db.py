@@ -909,8 +909,17 @@ class LineageDB:
         hashes, norms, probe vectors, semantic and model snapshots are removed, so once a receipt is sealed Tombstone's records keep
         nothing of what was erased but ids and statuses (``secure_delete`` zeroes the freed bytes; the
         write-ahead log is checkpointed and truncated afterwards)."""
+        return self.append_receipts([(saga_id, subject_key, receipt_hash, previous, body, purge)])[0]
+
+    def append_receipts(self, rows: Sequence[tuple[str, str, str, str | None, bytes, Iterable[ArtifactRecord]]]
+                        ) -> list[int]:
+        """``append_receipt`` for several sagas' receipts, in chain order (each one's previous hash the one
+        before it), in one transaction and with one checkpoint: all of them are sealed, or none."""
         now = self._now()
-        purge = [(a.store, a.artifact_id) for a in purge]
+        rows = [(saga_id, key, digest, previous, body, [(a.store, a.artifact_id) for a in purge])
+                for saga_id, key, digest, previous, body, purge in rows]
+        purge = [pair for *_, pairs in rows for pair in pairs]
+        seqs = []
         with self.atomic() as conn:
             conn.executemany("UPDATE artifacts SET fingerprint = NULL, content_hash = NULL, inv_norm = NULL"
                              " WHERE store = ? AND artifact_id = ?", purge)
@@ -918,17 +927,20 @@ class LineageDB:
             conn.executemany("DELETE FROM semantic_snapshots WHERE store = ? AND artifact_id = ?", purge)
             conn.executemany("DELETE FROM model_snapshots WHERE store = ? AND artifact_id = ?", purge)
             head = self.chain_head()
-            if (head[1] if head else None) != previous:
-                raise LineageError("receipt chain moved while this receipt was being signed; resume the saga")
-            seq = (head[0] if head else 0) + 1
-            conn.execute(
-                "INSERT INTO receipts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (seq, saga_id, subject_key, receipt_hash, previous, now, self.secret.seal(body)),
-            )
-            conn.execute(
-                "UPDATE sagas SET state = 'done', finished_at = ? WHERE saga_id = ?", (now, saga_id)
-            )
+            for saga_id, subject_key, receipt_hash, previous, body, _ in rows:
+                if (head[1] if head else None) != previous:
+                    raise LineageError("receipt chain moved while this receipt was being signed; resume the saga")
+                seq = (head[0] if head else 0) + 1
+                conn.execute(
+                    "INSERT INTO receipts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (seq, saga_id, subject_key, receipt_hash, previous, now, self.secret.seal(body)),
+                )
+                conn.execute(
+                    "UPDATE sagas SET state = 'done', finished_at = ? WHERE saga_id = ?", (now, saga_id)
+                )
+                head = (seq, receipt_hash)
+                seqs.append(seq)
         if purge and not self.postgres:
             # The WAL still holds page images from before the purge: fold them into the (zeroed) file.
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return seq
+        return seqs

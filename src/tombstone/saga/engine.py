@@ -441,11 +441,13 @@ class Saga:
         # The chain has one head at a time: other sagas (other processes, other workers) wait here
         # rather than sign a receipt on a head that moves under them.
         with self.lineage.chain_lock():
-            return self._receipt_locked(groups)
+            return seal_receipts([(self, groups)])[0]
 
-    def _receipt_locked(self, groups: dict[str, list[ArtifactRecord]]) -> dict[str, Any]:
+    def _delivered_receipt(self, groups: dict[str, list[ArtifactRecord]], head: tuple[int, str] | None
+                           ) -> tuple[dict[str, Any], tuple]:
+        """Build and sign this saga's receipt on ``head`` and write its file; returns it with its chain row
+        (sealed by the caller, after every file of the batch is written)."""
         saga = self.lineage.saga(self.saga_id)
-        head = self.lineage.chain_head()
         entries = []
         for store, arts in groups.items():
             sup = self.lineage.step_result(self.saga_id, "suppress", store) or {}
@@ -480,19 +482,19 @@ class Saga:
             raise SagaError(
                 f"cannot write receipt to {out}: {exc.strerror or exc}; the saga is kept, run 'tombstone resume'"
             ) from exc
-        kill_point("saga:receipt:before-chain")
-        # Sealing the receipt and purging what the lineage db kept of the erased content are one transaction:
-        # a crash before it leaves both for resume (which needs the fingerprints to seal patterns again).
-        self.lineage.append_receipt(self.saga_id, self.lineage.subject_key(self.subject),
-                                    receipt["receipt_hash"], body["previous_receipt_hash"], data,
-                                    purge=[art for arts in groups.values() for art in arts])
         self.receipt_path = out
+        kill_point("saga:receipt:before-chain")
+        row = (self.saga_id, self.lineage.subject_key(self.subject), receipt["receipt_hash"],
+               body["previous_receipt_hash"], data, [art for arts in groups.values() for art in arts])
+        return receipt, row
+
+    def _sealed(self) -> None:
+        """After the chain row: a receipt file of this saga's from before the caller moved it goes."""
         if self.replaced_out_path:
             stale = out_path_of(self.ctx, self.replaced_out_path)
             held = receipt_in(stale)
-            if not same_file_name(stale, out) and held and held["saga_id"] == self.saga_id:
+            if not same_file_name(stale, self.receipt_path) and held and held["saga_id"] == self.saga_id:
                 stale.unlink(missing_ok=True)  # this saga's unsealed receipt from before the caller moved it
-        return receipt
 
     def _destination(self) -> Path:
         """The file this saga's receipt goes to: the one recorded when the saga was created, rewritten if it
@@ -610,6 +612,35 @@ def preflight(ctx: SagaContext, stores: set[str], allow_missing: frozenset[str] 
             raise
 
 
+def seal_receipts(items: Sequence[tuple[Saga, dict[str, list[ArtifactRecord]]]]) -> list[dict[str, Any]]:
+    """Sign and deliver the receipts of sagas that share a lineage db, in chain order, then seal them all.
+
+    The caller holds the chain lock. Each receipt is signed on the one before it and its file written;
+    then the chain rows, with the purge of what the lineage db kept of the erased content, go in one
+    transaction (one write-ahead-log checkpoint for the batch). If a receipt cannot be built or written,
+    those delivered before it are sealed and the error raised: the rest stay running, for resume."""
+    if not items:
+        return []
+    lineage = items[0][0].lineage
+    head = lineage.chain_head()
+    receipts, rows, sealed = [], [], []
+    try:
+        for saga, groups in items:
+            receipt, row = saga._delivered_receipt(groups, head)
+            receipts.append(receipt)
+            rows.append(row)
+            sealed.append(saga)
+            head = (head[0] + 1 if head else 1, receipt["receipt_hash"])
+    finally:
+        # Sealing a receipt and purging what the lineage db kept of the erased content are one transaction:
+        # a crash before it leaves both for resume (which needs the fingerprints to seal patterns again).
+        if rows:
+            lineage.append_receipts(rows)
+            for saga in sealed:
+                saga._sealed()
+    return receipts
+
+
 def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[list[Saga]], dict[str, Any]]) -> None:
     """Run one journaled step for every saga that has not finished it, with one call of ``action``.
 
@@ -724,7 +755,9 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
                 done += 1
                 if lead.progress:
                     lead.progress(step, store, done, total)
-        receipts = [(s._receipt(plans[s.saga_id]), s.receipt_path) for s in sagas]
+        with lead.lineage.chain_lock():
+            signed = seal_receipts([(s, plans[s.saga_id]) for s in sagas])
+        receipts = [(receipt, s.receipt_path) for receipt, s in zip(signed, sagas)]
         if lead.progress:
             lead.progress("receipt", "", total, total)
         return receipts
