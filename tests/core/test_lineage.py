@@ -104,3 +104,21 @@ def test_duplicate_content_attribution(tmp_path):
     db.set_state([db.artifact("s", "b1")], "decided")
     assert db.live_sharing_content(db.artifact("s", "a1")) == []
     db.close()
+
+
+def test_suppressed_among_answers_is_suppressed_for_many_ids(tmp_path):
+    """The bulk form the verify step asks (hundreds of ids a query) gives what ``is_suppressed`` gives one by
+    one, across query boundaries, per store; cleared suppressions still count, as they do there."""
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
+    ids = [f"a{i:04d}" for i in range(1203)]
+    db.create_saga("saga-1", "alice", None)
+    marked = [art(i) for i in ids[::3]]
+    db.record_suppressions("saga-1", marked)
+    db.clear_suppressions(marked[:10])
+    other = ArtifactRecord(store="t", artifact_id=ids[1], backend="docstore", kind="document")
+    db.record_suppressions("saga-1", [other])
+    got = db.suppressed_among("s", ids + ["never-written", ids[0]])
+    assert got == {i for i in ids if db.is_suppressed("s", i)} == set(ids[::3])
+    assert ids[1] not in got and db.suppressed_among("t", ids) == {ids[1]}
+    assert db.suppressed_among("s", []) == set()
+    db.close()

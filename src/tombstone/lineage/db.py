@@ -700,6 +700,19 @@ class LineageDB:
         ).fetchone()
         return row is not None
 
+    def suppressed_among(self, store: str, artifact_ids: Iterable[str]) -> set[str]:
+        """Which of ``artifact_ids`` in ``store`` have ever been suppressed (``is_suppressed`` for many, a few
+        hundred ids a query)."""
+        ids = list(dict.fromkeys(artifact_ids))
+        out: set[str] = set()
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            rows = self._conn.execute(
+                f"SELECT artifact_id FROM suppressions WHERE store = ? AND artifact_id IN ({', '.join('?' * len(part))})",
+                (store, *part))
+            out.update(row[0] for row in rows)
+        return out
+
     def suppressed_ids(self, store: str) -> set[str]:
         rows = self._conn.execute("SELECT artifact_id FROM suppressions WHERE store = ?", (store,))
         return {row[0] for row in rows}

@@ -407,6 +407,7 @@ class Saga:
         why = error or no_adapter or "not run"
         decided: dict[str, Any] = {}
         verified = []
+        suppressed_ids = self.lineage.suppressed_among(store, [a.artifact_id for a in arts])
         for art in arts:
             verdict = verdicts.get(art.artifact_id) or runner.Verdict(runner.not_run(why), runner.not_run(why))
             third = self.lineage.third_party(art.artifact_id) if store == THIRD_PARTY_STORE else None
@@ -416,7 +417,7 @@ class Saga:
                 lineage_gap=self.lineage.lineage_gap(art),
                 third_party=(f"{third['recipient']} received a copy ({third['sent_at']})"
                              f"{': ' + third['note'] if third['note'] else ''}") if third else None,
-                suppressed=self.lineage.is_suppressed(art.store, art.artifact_id),
+                suppressed=art.artifact_id in suppressed_ids,
                 dlq_error=error,
                 no_adapter=no_adapter,
             )
