@@ -383,19 +383,24 @@ def section(result: dict) -> str:
               " as the app's next write) and the physical probe's read of the files.",
               "", "Batches: a batch shares one suppression, one reclaim and one read of the files; each subject"
               " still has its own saga, journal rows and signed receipt in the chain (its journal written with the"
-              " batch's in one transaction per step), some tens of milliseconds each, which is most of a batch's"
-              " cost where one subject's erase is cheap (small stores) and little of it where opening the store"
-              " dominates. Chroma and Qdrant still search every artifact's probe vectors through the raw store"
-              " (their results are not named through a map Tombstone keeps), so there a batch grows with its"
-              " artifacts. Chroma's in-place reclaim runs a VACUUM of `chroma.sqlite3` when its probe still finds"
-              " bytes after the row deletes (stale cells in pages still in use); the `reclaim` column says when"
-              " it did.",
+              " batch's in one transaction per step; the batch's receipts signed in chain order, written, then"
+              " sealed in one transaction with one checkpoint of the lineage db's log), some tens of milliseconds"
+              " each, which is most of a batch's cost where one subject's erase is cheap (small stores) and less of"
+              " it where opening the store dominates. What a batch adds per artifact is mostly the physical"
+              " probe's patterns (two per artifact, compiled into one matcher: about a second for 10,000 artifacts)"
+              " and the lineage db's rows. Chroma still searches every artifact's probe vectors through the raw"
+              " store (its results are named by Chroma's own segments, not a map Tombstone can consult), so there a"
+              " batch grows with its artifacts. Chroma's in-place reclaim runs a VACUUM of `chroma.sqlite3` when its"
+              " probe still finds bytes after the row deletes (stale cells in pages still in use); the `reclaim`"
+              " column says when it did.",
               "", "Qdrant's local mode searches by brute force (each query scores every point in numpy, about"
-              " 130 ms at 100,000 points in the read-path table above), and the logical probe asks it four"
-              " searches per artifact (the fingerprint and three fragments, top-40 each): its verify step, and so"
-              " one subject's erase, grows with the store about as the store does. With a Qdrant server, whose"
-              " HNSW search does not grow that way, it would not; local mode cannot meet a growth aim below the"
-              " store's own."]
+              " 130 ms at 100,000 points in the read-path table above). Its logical probe searches only the"
+              " artifacts a live point still carries (every search names a point by its payload id): one unfiltered"
+              " read of every point's payload id decides which, and after a clean erasure none is searched. That"
+              " read, the scroll for flagged points and the count still pass over every point in Python, as local"
+              " mode evaluates everything, so its verify step still grows with the store, about as the store does;"
+              " with a Qdrant server (indexed payloads, HNSW search) it would not. Local mode is not built for"
+              " stores this size: loading it is what keeps a million points out of the table."]
     return "\n".join(lines)
 
 
