@@ -370,7 +370,9 @@ def section(result: dict) -> str:
               " verify step and opening the store. The logical probe queries each artifact's probe vectors (the"
               " fingerprint and three fragments) through the raw search, top-40 each, and through the wrapper's"
               " where the raw one found the artifact (FAISS names its results through its id map, so an id the map"
-              " no longer holds needs no search at all), and the physical probe reads the store's files once. MMR, which picks among the top-40, is computed only"
+              " no longer holds needs no search at all; Qdrant names them by the payload id, so an id no live point"
+              " carries needs none either), and the physical probe reads the store's files once. MMR, which picks"
+              " among the top-40, is computed only"
               " for a query whose top-40 still holds the artifact, so after a clean erasure it costs nothing.",
               "", "FAISS: neither the suppression nor the in-place reclaim writes the store anew. The suppression"
               " writes a small state file (the exclusion set) and links the index into the new generation; the"
