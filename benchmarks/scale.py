@@ -361,10 +361,14 @@ def section(result: dict) -> str:
             steps.append(f"{backend} at {size:,}: {parts}")
     grid = [(b, n) for b in dict.fromkeys(c["backend"] for c in result["cases"]) for n in sizes]
     missing = [f"{b} at {n:,}" for b, n in grid if (b, n) not in cases]
+    builds = "; ".join(f"{c['backend']} at {c['size']:,}: {c['load'] / 60:.0f} min" for c in result["cases"]
+                       if c.get("load") is not None and c["size"] > FULL_UP_TO)
     if missing:
         lines += ["", f"Not in this table: {', '.join(missing)}. A case is run only where its build (every chunk"
-                  " written with its lineage, through the wrapper for Chroma and Qdrant) and its erasures fit the"
-                  " 30 minutes a case may take on two shared cores, judged from the sizes below it."]
+                  " written with its lineage, through the wrapper for Chroma and Qdrant) is expected to take about"
+                  " half an hour or less on two shared cores, judged from the sizes below it."]
+    if builds:
+        lines += ["", f"The builds above {FULL_UP_TO:,} vectors took: {builds}."]
     reused = [f"{c['backend']} at {c['size']:,} ({c.get('measured_at', 'date not kept')})"
               for c in result["cases"] if c.get("reused")]
     if reused:
