@@ -407,6 +407,11 @@ def section(result: dict) -> str:
               " batch grows with its artifacts. Chroma's in-place reclaim runs a VACUUM of `chroma.sqlite3` when its"
               " probe still finds bytes after the row deletes (stale cells in pages still in use); the `reclaim`"
               " column says when it did.",
+              "", "Chroma at 1,000,000 vectors: the in-place reclaim ended with a VACUUM of `chroma.sqlite3` (its"
+              " probe still found bytes after the row deletes), and a VACUUM rewrites the whole file, so the reclaim"
+              " step, and with it one subject's erase, grew with the store (the growth aim, under 10x from 10,000"
+              " to 1,000,000, is missed there); the suppression (Chroma's own `update` of the flag on each record)"
+              " grew too. A batch pays that VACUUM once, which is why its cost per subject falls as the store grows.",
               "", "Qdrant's local mode searches by brute force (each query scores every point in numpy, about"
               " 130 ms at 100,000 points in the read-path table above). Its logical probe searches only the"
               " artifacts a live point still carries (every search names a point by its payload id): one unfiltered"
