@@ -354,7 +354,6 @@ class QdrantAdapter(QdrantHooks, Adapter):
         info = self.client.get_collection(self.name)
         params = info.config.params.vectors
         dim = params.size if isinstance(params, models.VectorParams) else None
-        total = self.client.count(self.name, exact=True).count
         searchers = {"raw": self._searcher(None, True), "wrapper": self._searcher(view, False)}
         # The by-id paths are asked once for the whole batch. Local mode evaluates a filter in Python over every
         # point, comparing each with every id the filter names, so a filter naming the batch's ids costs the
@@ -402,6 +401,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
         searched = [(aid, q) for aid, q in queries.items() if aid in held]
         # With nothing flagged the wrapper's query is the client's same call, filtered: it returns a subset of
         # the raw query's points, and is asked only the queries whose raw results held the artifact.
+        total = self.client.count(self.name, exact=True).count if searched else 0  # one more pass over every point
         nearest = nearest_paths_many(searched, searchers, min(TOP_K, total),
                                      within=None if flagged else {"wrapper": "raw"})
         results = {}

@@ -914,20 +914,16 @@ class LineageDB:
         self._conn.executemany("UPDATE artifacts SET content_hash = ? WHERE store = ? AND artifact_id = ?",
                                [(self.secret.content_key(h), store, aid) for store, aid, h in rows])
 
-    def append_receipt(self, saga_id: str, subject_key: str, receipt_hash: str, previous: str | None, body: bytes,
-                       purge: Iterable[ArtifactRecord] = ()) -> int:
-        """Add a receipt to the chain and close its saga, in one transaction.
-
-        ``purge`` names the saga's artifacts: in the same transaction their fingerprints, keyed content
-        hashes, norms, probe vectors, semantic and model snapshots are removed, so once a receipt is sealed Tombstone's records keep
-        nothing of what was erased but ids and statuses (``secure_delete`` zeroes the freed bytes; the
-        write-ahead log is checkpointed and truncated afterwards)."""
-        return self.append_receipts([(saga_id, subject_key, receipt_hash, previous, body, purge)])[0]
-
     def append_receipts(self, rows: Sequence[tuple[str, str, str, str | None, bytes, Iterable[ArtifactRecord]]]
                         ) -> list[int]:
-        """``append_receipt`` for several sagas' receipts, in chain order (each one's previous hash the one
-        before it), in one transaction and with one checkpoint: all of them are sealed, or none."""
+        """Add receipts to the chain and close their sagas, in one transaction: all of them are sealed, or none.
+
+        Each row is ``(saga_id, subject_key, receipt_hash, previous, body, purge)``, in chain order (each one's
+        previous hash the one before it). ``purge`` names the saga's artifacts: in the same transaction their
+        fingerprints, keyed content hashes, norms, probe vectors, semantic and model snapshots are removed, so
+        once a receipt is sealed Tombstone's records keep nothing of what was erased but ids and statuses
+        (``secure_delete`` zeroes the freed bytes; the write-ahead log is checkpointed and truncated afterwards,
+        once for all the rows)."""
         now = self._now()
         rows = [(saga_id, key, digest, previous, body, [(a.store, a.artifact_id) for a in purge])
                 for saga_id, key, digest, previous, body, purge in rows]

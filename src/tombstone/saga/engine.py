@@ -439,10 +439,7 @@ class Saga:
     # -- receipt ------------------------------------------------------------------------------
 
     def _receipt(self, groups: dict[str, list[ArtifactRecord]]) -> dict[str, Any]:
-        # The chain has one head at a time: other sagas (other processes, other workers) wait here
-        # rather than sign a receipt on a head that moves under them.
-        with self.lineage.chain_lock():
-            return seal_receipts([(self, groups)])[0]
+        return seal_receipts([(self, groups)])[0]
 
     def _delivered_receipt(self, groups: dict[str, list[ArtifactRecord]], head: tuple[int, str] | None
                            ) -> tuple[dict[str, Any], tuple]:
@@ -616,29 +613,31 @@ def preflight(ctx: SagaContext, stores: set[str], allow_missing: frozenset[str] 
 def seal_receipts(items: Sequence[tuple[Saga, dict[str, list[ArtifactRecord]]]]) -> list[dict[str, Any]]:
     """Sign and deliver the receipts of sagas that share a lineage db, in chain order, then seal them all.
 
-    The caller holds the chain lock. Each receipt is signed on the one before it and its file written;
-    then the chain rows, with the purge of what the lineage db kept of the erased content, go in one
-    transaction (one write-ahead-log checkpoint for the batch). If a receipt cannot be built or written,
-    those delivered before it are sealed and the error raised: the rest stay running, for resume."""
+    Each receipt is signed on the one before it and its file written; then the chain rows, with the purge of
+    what the lineage db kept of the erased content, go in one transaction (one write-ahead-log checkpoint for
+    the batch). If a receipt cannot be built or written, those delivered before it are sealed and the error
+    raised: the rest stay running, for resume."""
     if not items:
         return []
     lineage = items[0][0].lineage
-    head = lineage.chain_head()
-    receipts, rows, sealed = [], [], []
-    try:
-        for saga, groups in items:
-            receipt, row = saga._delivered_receipt(groups, head)
-            receipts.append(receipt)
-            rows.append(row)
-            sealed.append(saga)
-            head = (head[0] + 1 if head else 1, receipt["receipt_hash"])
-    finally:
-        # Sealing a receipt and purging what the lineage db kept of the erased content are one transaction:
-        # a crash before it leaves both for resume (which needs the fingerprints to seal patterns again).
-        if rows:
-            lineage.append_receipts(rows)
-            for saga in sealed:
-                saga._sealed()
+    receipts, rows = [], []
+    # The chain has one head at a time: other sagas (other processes, other workers) wait here rather than
+    # sign a receipt on a head that moves under them.
+    with lineage.chain_lock():
+        head = lineage.chain_head()
+        try:
+            for saga, groups in items:
+                receipt, row = saga._delivered_receipt(groups, head)
+                receipts.append(receipt)
+                rows.append(row)
+                head = (head[0] + 1 if head else 1, receipt["receipt_hash"])
+        finally:
+            # Sealing a receipt and purging what the lineage db kept of the erased content are one transaction:
+            # a crash before it leaves both for resume (which needs the fingerprints to seal patterns again).
+            if rows:
+                lineage.append_receipts(rows)
+                for saga, _ in items[: len(rows)]:
+                    saga._sealed()
     return receipts
 
 
@@ -756,8 +755,7 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
                 done += 1
                 if lead.progress:
                     lead.progress(step, store, done, total)
-        with lead.lineage.chain_lock():
-            signed = seal_receipts([(s, plans[s.saga_id]) for s in sagas])
+        signed = seal_receipts([(s, plans[s.saga_id]) for s in sagas])
         receipts = [(receipt, s.receipt_path) for receipt, s in zip(signed, sagas)]
         if lead.progress:
             lead.progress("receipt", "", total, total)
