@@ -22,6 +22,7 @@ from tombstone.capture.vector import normalised_fingerprint
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
+from tombstone.sqlite_pages import zero_where_found
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
@@ -243,9 +244,19 @@ class ChromaAdapter(ChromaHooks, Adapter):
             return evidence  # nothing can be checked here: the verify step says UNVERIFIED
         if not left:
             return evidence
-        # what remains lies outside the records' rows, slots and free pages (a freed cell in a page still in
-        # use): a VACUUM of chroma.sqlite3 rewrites every page; only if that is not enough, the collection
+        # what remains lies outside the records' rows, slots and free pages: a cell Chroma's own client freed
+        # (with secure_delete off) in a page still in use. Those pages' free space is zeroed where it lies;
+        # if a hit is not in free space, a VACUUM of chroma.sqlite3 rewrites every page; only if that is not
+        # enough, the collection
         evidence["residue_after_in_place"] = len(left)
+        freed = self._zero_freed_space([a for a in artifacts if a.artifact_id in set(left)])
+        if freed is not None:
+            evidence["free_space_zeroed"] = freed
+            left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
+            if not left:
+                evidence["steps"] = evidence["steps"] + ["zero the free space of the chroma.sqlite3 pages where"
+                                                         " their bytes were left"]
+                return evidence
         evidence["vacuum"] = self._vacuum()
         left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
         if not left:
@@ -439,6 +450,14 @@ class ChromaAdapter(ChromaHooks, Adapter):
             return purged
         finally:
             conn.close()
+
+    def _zero_freed_space(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any] | None:
+        """Where in chroma.sqlite3 the artifacts' bytes still are, and those pages' free space zeroed
+        (``tombstone.sqlite_pages``); None when a hit is elsewhere (an HNSW file, a live cell)."""
+        patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts
+                    for kind, pattern in self.physical_patterns(art).items()}
+        done = zero_where_found(self.physical_files(), patterns, root=self.path, kill="reclaim:chroma:free-space-page")
+        return None if done is None else done.get("chroma.sqlite3", {}) | {"files": sorted(done)}
 
     def _vacuum(self) -> dict[str, Any]:
         conn = self._db()

@@ -209,3 +209,4 @@ def zero_free_pages(conn: sqlite3.Connection) -> int:
         conn.execute("ROLLBACK")
         raise
     return int(free)
+

@@ -54,15 +54,19 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
         self.require("table")
-        self.conn = connect(dsn_from(options, store), store)
+        self._connect()
+
+    def _connect(self) -> None:
+        self.conn = connect(dsn_from(self.options, self.store), self.store)
         if self.read_only:
             # Every transaction of this session is read-only: the server refuses any write, and neither
             # CHECKPOINT nor ANALYZE is run (nor the ALTER TABLE that adds the tombstoned column).
             self.conn.execute("SET default_transaction_read_only = on")
+        options = self.options
         columns = {role: options[f"{role}_column"] for role in ("id", "document", "metadata", "embedding")
                    if options.get(f"{role}_column")}
         self.pg = PgVectorStore(self.conn, options["table"], schema=options.get("schema"), columns=columns,
-                                distance=options.get("distance", "cosine"), store=store, create=False)
+                                distance=options.get("distance", "cosine"), store=self.store, create=False)
         self.table, self.c = self.pg.table, self.pg.c
 
     def close(self) -> None:
@@ -87,6 +91,8 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         """The table's advisory lock, exclusive, on this adapter's connection (``store.lock_table``): no
         lock file, since the server may be on another machine; keyed on the table, so other tables of the
         same database are not held up. The server drops it if this process dies."""
+        if self.conn.closed:  # the server ended the session (a restart, a failover): every attempt starts here
+            self._connect()
         if self.read_only:  # the auditor takes no lock: it changes nothing, and must not hold up erasures
             yield
             return

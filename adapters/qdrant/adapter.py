@@ -22,6 +22,7 @@ from tombstone.fsutil import write_atomic
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
+from tombstone.sqlite_pages import zero_where_found
 from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
@@ -184,6 +185,24 @@ class QdrantAdapter(QdrantHooks, Adapter):
                                                            "scan the files: nothing of the artifacts left"],
                         **evidence}
             evidence["residue_after_delete"] = left
+            # an earlier delete with secure_delete off left their bytes in free space (of a page still in use,
+            # or a free page): zeroed where they lie, pages of those files only; a rewrite if that is refused
+            patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts if art.artifact_id in set(left)
+                        for kind, pattern in self.physical_patterns(art).items()}
+            zeroed = zero_where_found(self.physical_files(), patterns, root=self.path,
+                                      kill="reclaim:qdrant:free-space-page")
+            if zeroed is not None:
+                evidence["free_space_zeroed"] = zeroed
+                left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
+                if not left:
+                    return {"mechanism": "in-place",
+                            "steps": ["PRAGMA secure_delete=ON on the collection's connection",
+                                      "delete the points (SQLite zeroes their cells and pages)",
+                                      "scan the files: bytes an earlier delete left in free space",
+                                      "zero the free space of the pages where they lie",
+                                      "scan the files: nothing of the artifacts left"],
+                            **evidence}
+                evidence["residue_after_zeroing"] = left
         return {"mechanism": "rewrite",
                 "steps": ["delete", "rewrite the collection from survivors", "VACUUM every sqlite file"],
                 **evidence, "rewrite": self._rewrite(), "vacuumed": self._vacuum_all()}

@@ -323,3 +323,40 @@ def test_read_only_the_session_refuses_writes_and_no_checkpoint_is_run(ptomb, ad
         assert all(r.evidence["checkpoint"].startswith("not run: read-only") for r in results.values())
     finally:
         adapter.close()
+
+
+def test_a_connection_the_server_dropped_is_opened_again_before_the_retry(ptomb, admin):
+    """The server ends the adapter's session (a restart, a failover, an administrator) between two
+    erasures: the next erasure connects again instead of failing every attempt on the dead session (before
+    the fix: UNVERIFIED, a dead letter "the connection is closed")."""
+    write(ptomb, admin, "bob", 4)
+    mine = write(ptomb, admin, "alice", 3)
+    adapter = ptomb.adapter("pg")
+    assert admin.execute("SELECT pg_terminate_backend(%s)", (adapter.conn.info.backend_pid,)).fetchone()[0]
+    with pytest.raises(psycopg.OperationalError):  # control: the adapter's session is gone
+        adapter.conn.execute("SELECT 1")
+    pid = adapter.conn.info.backend_pid
+    receipt, _ = ptomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    assert ptomb.adapter("pg").conn.info.backend_pid != pid
+    assert not admin.execute(sql.SQL("SELECT count(*) FROM {} WHERE id = ANY(%s)").format(
+        sql.Identifier(table_of(ptomb))), (mine,)).fetchone()[0]
+
+
+def test_a_session_dropped_between_the_reclaim_and_the_probes_is_opened_again(ptomb, admin, monkeypatch):
+    """The server ends the session right after the reclaim: the verify step's first attempt fails on the
+    lost connection, and its retry (which keeps the same adapter, as the probes hold it) connects again."""
+    write(ptomb, admin, "bob", 4)
+    write(ptomb, admin, "alice", 3)
+    real = PgVectorAdapter.reclaim
+    ended = []
+
+    def reclaim_then_lose_the_session(self, artifacts):
+        out = real(self, artifacts)
+        ended.append(admin.execute("SELECT pg_terminate_backend(%s)", (self.conn.info.backend_pid,)).fetchone()[0])
+        return out
+
+    monkeypatch.setattr(PgVectorAdapter, "reclaim", reclaim_then_lose_the_session)
+    receipt, _ = ptomb.erase("alice")
+    assert ended == [True]
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}

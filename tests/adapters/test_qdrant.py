@@ -176,11 +176,33 @@ def test_delete_control_then_reclaim(qtomb, secure_delete):
     assert reclaim["secure_delete_before"] is secure_delete and reclaim["secure_delete_at_delete"] is True
     if secure_delete:  # the points' own delete zeroed them: nothing else to do
         assert reclaim["mechanism"] == "in-place" and "rewrite" not in reclaim
-    else:  # free pages an earlier delete left hold the bytes: only a rewrite and VACUUM reach them
-        assert reclaim["mechanism"] == "rewrite" and sorted(reclaim["residue_after_delete"]) == sorted(mine)
+    else:  # an earlier delete left the bytes in free space, where no delete reaches: zeroed where they lie
+        assert reclaim["mechanism"] == "in-place" and sorted(reclaim["residue_after_delete"]) == sorted(mine)
+        assert list(reclaim["free_space_zeroed"]) == ["collection/chunks/storage.sqlite"]
+        assert reclaim["free_space_zeroed"]["collection/chunks/storage.sqlite"]["pages_written"] >= 1
+        db = path_of(qtomb) / "collection" / "chunks" / "storage.sqlite"
+        assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     for art in arts:
         for pattern in independent_patterns(art):
             assert scan(path_of(qtomb), pattern) == []
+
+
+def test_bytes_the_free_space_zeroing_cannot_reach_are_rewritten(qtomb, monkeypatch):
+    """Where the zeroing refuses (here: told that a hit lies in a live cell), the collection is rewritten and
+    VACUUMed as before, and the erasure still ends VERIFIED."""
+    import tombstone_adapters.qdrant.adapter as qdrant_adapter
+
+    mine = write(qtomb, "alice", 4)
+    write(qtomb, "bob", 6)
+    adapter = qtomb.adapter("qd")
+    secure_delete_off(adapter)
+    adapter.native_delete([qtomb.lineage.artifact("qd", i) for i in mine])
+    monkeypatch.setattr(qdrant_adapter, "zero_where_found", lambda *a, **k: None)
+    receipt, _ = qtomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    reclaim = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert reclaim["mechanism"] == "rewrite" and sorted(reclaim["residue_after_delete"]) == sorted(mine)
+    assert "free_space_zeroed" not in reclaim and reclaim["vacuumed"]
 
 
 def test_survivors_identical_and_queries_unchanged(qtomb):

@@ -25,9 +25,11 @@ def test_retryable_errors_back_off_then_succeed(tmp_path):
     waits = []
     with Tombstone(config, clock=FrozenClock(), sleep=waits.append, retry=RetryPolicy(attempts=4, base_seconds=0.5)) as tomb:
         write_docs(tomb, "alice", 2)
+        first = tomb.adapter("docs")
         receipt, _ = tomb.erase("alice")
         assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
         assert waits == [0.5, 1.0], "bounded exponential backoff, from the injected clock"
+        assert tomb.adapter("docs") is not first, "each retry opens the store afresh"
         assert tomb.lineage.dead_letters() == []
 
 

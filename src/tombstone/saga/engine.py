@@ -291,9 +291,10 @@ class Saga:
         """Run every step not yet done; return the signed receipt. Releases the subject's lock."""
         return run_batch([self])[0][0]
 
-    def _retrying(self, store: str, step: str, count: int, action: Callable[[], Any]) -> Any:
+    def _retrying(self, store: str, step: str, count: int, action: Callable[[], Any], *, reopen: bool = True) -> Any:
         """Run a store operation; back off and retry errors marked retryable; past the budget, or on an
-        error retrying cannot help, record a dead letter and raise DeadLetterError."""
+        error retrying cannot help, record a dead letter and raise DeadLetterError. With ``reopen`` (an
+        ``action`` that asks for the store's adapter on each attempt), each retry opens the store afresh."""
         policy: RetryPolicy = self.ctx.retry
         attempt = 0
         while True:
@@ -306,6 +307,10 @@ class Saga:
                 raise
             except TombstoneError as exc:
                 if exc.retryable and attempt < policy.attempts:
+                    # the retry opens the store afresh: a session the server dropped, or a client left in a
+                    # bad state, would fail every attempt the same way
+                    if reopen:
+                        self.ctx.reopen(store)
                     self.ctx.sleep(policy.wait(attempt))
                     continue
                 self.lineage.add_dead_letter(self.saga_id, store, step, count, str(exc), attempt)
@@ -392,8 +397,8 @@ class Saga:
         verdicts: dict[str, runner.Verdict] = {}
         if store != THIRD_PARTY_STORE and not (error or no_adapter):
             verify_ctx = runner.VerifyContext(
-                call=lambda action: self._retrying(store, "verify", len(arts),
-                                                   lambda: self._locked(store, lambda _: action())),
+                call=lambda action: self._retrying(store, "verify", len(arts),  # the probes hold their adapter
+                                                   lambda: self._locked(store, lambda _: action()), reopen=False),
                 probe_vectors=self.lineage.probe_vectors,
                 live_sharing_content=self.lineage.live_sharing_content,
                 semantic_snapshots=self.lineage.semantic_snapshots,

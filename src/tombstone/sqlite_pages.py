@@ -1,0 +1,199 @@
+"""Zeroing the free space of SQLite pages in place.
+
+A store whose SQLite connection runs with ``secure_delete`` off leaves a deleted or rewritten row's bytes in
+its page: in the page's free space while the page holds other rows, on the freelist once it holds none.
+Deleting more rows cannot reach them, and a VACUUM, which can, rewrites the whole file. This clears only the
+pages where the bytes were found, and only their free space, parsing the page layout SQLite documents (the
+database file format: page header, cell pointer array, freeblock list, freelist trunk and leaf pages).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import struct
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from tombstone.faults import kill_point
+
+_BTREE_PAGE_TYPES = {0x02: 12, 0x05: 12, 0x0A: 8, 0x0D: 8}  # page type -> header size (interior pages: 12)
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+
+def _u16(data: bytes | bytearray, at: int) -> int:
+    return _U16.unpack_from(data, at)[0]
+
+
+def _u32(data: bytes | bytearray, at: int) -> int:
+    return _U32.unpack_from(data, at)[0]
+
+
+def _freelist(fd: int, page_size: int, first_trunk: int, count: int, pages: int) -> dict[int, int] | None:
+    """Every freelist page: trunk pages -> the offset where their unused bytes start, leaf pages -> 0.
+    None when the list is not what the header says (a loop, a page past the end)."""
+    free: dict[int, int] = {}
+    trunk = first_trunk
+    while trunk:
+        if trunk in free or not 1 < trunk <= pages or len(free) > count:
+            return None
+        head = os.pread(fd, 8, (trunk - 1) * page_size)
+        leaves = _u32(head, 4)
+        if leaves > page_size // 4 - 2:
+            return None
+        body = os.pread(fd, 4 * leaves, (trunk - 1) * page_size + 8)
+        free[trunk] = 8 + 4 * leaves
+        for i in range(leaves):
+            leaf = _u32(body, 4 * i)
+            if not 1 < leaf <= pages:
+                return None
+            free[leaf] = 0
+        trunk = _u32(head, 0)
+    return free if len(free) == count else None
+
+
+def _free_regions(page: bytes, number: int, usable: int) -> list[tuple[int, int]] | None:
+    """The byte ranges of a b-tree page that no cell uses: the gap between the cell pointer array and the
+    cell content area, and each freeblock past its 4-byte link and size. None when the page is not a b-tree
+    page or its header does not hold together (then nothing on it is touched)."""
+    h = 100 if number == 1 else 0
+    header_size = _BTREE_PAGE_TYPES.get(page[h])
+    if header_size is None:
+        return None
+    cells = _u16(page, h + 3)
+    content = _u16(page, h + 5) or 65536
+    pointers_end = h + header_size + 2 * cells
+    if not pointers_end <= content <= usable:
+        return None
+    for i in range(cells):
+        if not content <= _u16(page, h + header_size + 2 * i) < usable:
+            return None
+    regions = [(pointers_end, content)]
+    block, floor = _u16(page, h + 1), content
+    while block:
+        if block < floor or block + 4 > usable:
+            return None
+        size = _u16(page, block + 2)
+        if size < 4 or block + size > usable:
+            return None
+        regions.append((block + 4, block + size))
+        floor, block = block + size, _u16(page, block)
+    return regions
+
+
+def zero_freed_space(path: Path, hits: Iterable[tuple[int, int]], *, kill: str = "reclaim:sqlite:free-space-page"
+                     ) -> dict[str, int] | None:
+    """Zero the unused bytes of the SQLite pages in which ``hits`` (offset, length) lie, in place: what
+    ``secure_delete`` would have done when the cells were freed, had it been on (a store's own client that
+    runs with it off leaves a row it deleted or rewrote in its page's free space, and a page still in use is
+    never cleared by deleting more rows or by zeroing the freelist). Only free space is written: the gap
+    between a page's cell pointers and its cells, the body of each freeblock, the unused tail of a freelist
+    page. Cells, headers and freeblock links are kept, so SQLite reads the file as before.
+
+    Done under an EXCLUSIVE lock taken through SQLite (no reader or writer in between), in rollback-journal
+    mode only; the file change counter is bumped afterwards, so every connection drops the pages it cached.
+    Returns the counts, or None (nothing written) where the file is not in a shape this knows -- WAL mode, an
+    auto-vacuum or reserved-bytes layout, a database of 2^24 pages or more (an overflow page could then look
+    like a b-tree page) -- or a hit lies outside every free range (it is in a cell: still live data). The
+    caller then rewrites the file instead (a VACUUM)."""
+    hits = sorted(set(hits))
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    fd = -1
+    try:
+        conn.execute("PRAGMA busy_timeout=30000")
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return None
+            conn.execute("BEGIN EXCLUSIVE")
+        except sqlite3.OperationalError:
+            return None  # another connection keeps a transaction open: nothing written, the caller rewrites
+        try:
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            header = os.pread(fd, 100, 0)
+            page_size = _u16(header, 16)
+            page_size = 65536 if page_size == 1 else page_size
+            pages = os.fstat(fd).st_size // page_size
+            if header[20] or _u32(header, 52) or pages >= 1 << 24:
+                return None
+            free = _freelist(fd, page_size, _u32(header, 32), _u32(header, 36), pages)
+            if free is None:
+                return None
+            lock_page = (1 << 30) // page_size + 1  # never used by SQLite
+            by_page: dict[int, list[tuple[int, int]]] = {}
+            for offset, length in hits:
+                number = offset // page_size + 1
+                if number > pages or number == lock_page:
+                    return None
+                start = offset - (number - 1) * page_size
+                by_page.setdefault(number, []).append((start, start + length))
+            plans = []
+            for number, ranges in by_page.items():
+                page = bytearray(os.pread(fd, page_size, (number - 1) * page_size))
+                if number in free:
+                    regions = [(free[number], page_size)]
+                else:
+                    regions = _free_regions(page, number, page_size)
+                    if regions is None:
+                        return None
+                if not all(any(s < r_end and r_start < e for r_start, r_end in regions) for s, e in ranges):
+                    return None  # some hit lies only in a cell: live data, which this must not touch
+                plans.append((number, page, regions))
+            zeroed = pages_written = 0
+            for number, page, regions in plans:
+                changed = 0
+                for r_start, r_end in regions:
+                    if any(page[r_start:r_end]):
+                        changed += r_end - r_start
+                        page[r_start:r_end] = bytes(r_end - r_start)
+                if changed:
+                    kill_point(kill)
+                    os.pwrite(fd, page, (number - 1) * page_size)
+                    zeroed += changed
+                    pages_written += 1
+            if pages_written:
+                counter = _u32(header, 24)
+                os.pwrite(fd, _U32.pack((counter + 1) & 0xFFFFFFFF), 24)
+                if _u32(header, 92) == counter:  # keep the page count in the header valid
+                    os.pwrite(fd, _U32.pack((counter + 1) & 0xFFFFFFFF), 92)
+                os.fsync(fd)
+            return {"pages": len(plans), "pages_written": pages_written, "bytes_zeroed": zeroed}
+        finally:
+            conn.execute("COMMIT")
+    finally:
+        conn.close()
+        if fd >= 0:
+            os.close(fd)  # after the lock is released: closing any descriptor drops this process's POSIX locks
+
+
+def is_sqlite(path: str | os.PathLike[str]) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def zero_where_found(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, bytes], *,
+                     root: str | os.PathLike[str], kill: str) -> dict[str, dict[str, int]] | None:
+    """Scan ``files`` for ``patterns`` and zero the free space of every SQLite page a pattern lies in
+    (``zero_freed_space``), file by file. Returns the counts per file (by name), or None when a pattern is
+    found in a file that is not a SQLite database, or a file refuses (a hit in a live cell, a layout this
+    does not know): the caller then needs a rewrite. An earlier file already zeroed stays so (free space
+    only)."""
+    from tombstone.verify.scanner import scan_files
+
+    report = scan_files(files, patterns, root=root)
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for key, found in report.hits.items():
+        for hit in found:
+            by_file.setdefault(hit.file, []).append((hit.offset, len(patterns[key])))
+    if not by_file or not all(is_sqlite(file) for file in by_file):
+        return None
+    done = {}
+    for file, hits in sorted(by_file.items()):
+        counts = zero_freed_space(Path(file), hits, kill=kill)
+        if counts is None:
+            return None
+        done[os.path.relpath(file, root)] = counts
+    return done

@@ -1,0 +1,208 @@
+"""Zeroing the free space of SQLite pages in place (``tombstone.sqlite_pages``): what Chroma's and Qdrant's
+own clients leave behind when they delete or rewrite a row with ``secure_delete`` off, cleared without a
+VACUUM.
+
+The unit tests use a plain SQLite file, so every byte is known; the end-to-end test uses embedded Chroma."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tombstone import sqlite_pages as inplace
+
+MARK = b"erase-me-%04d-" + b"\xa5" * 20
+
+
+def marker(i: int) -> bytes:
+    return MARK.replace(b"%04d", b"%04d" % i)
+
+
+def table_file(path: Path, rows: int = 400, *, journal: str = "delete") -> Path:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.execute("PRAGMA secure_delete=OFF")  # as Chroma's own client runs
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
+    conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, marker(i) + os.urandom(60)) for i in range(rows)])
+    conn.close()
+    return path
+
+
+def offsets(path: Path, pattern: bytes) -> list[int]:
+    """An independent byte scan: no Tombstone code."""
+    data, found, at = path.read_bytes(), [], -1
+    while (at := data.find(pattern, at + 1)) >= 0:
+        found.append(at)
+    return found
+
+
+def delete_without_secure_delete(path: Path, ids: list[int]) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA secure_delete=OFF")
+    conn.executemany("DELETE FROM t WHERE id = ?", [(i,) for i in ids])
+    conn.close()
+
+
+def rows(path: Path) -> dict[int, bytes]:
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        return dict(conn.execute("SELECT id, body FROM t"))
+    finally:
+        conn.close()
+
+
+def test_a_deleted_rows_bytes_left_in_a_page_still_in_use_are_zeroed_and_nothing_else_changes(tmp_path):
+    db = table_file(tmp_path / "t.sqlite3")
+    erased = [10, 11, 200]
+    delete_without_secure_delete(db, erased)
+    before = rows(db)
+    # control: the delete left the rows' bytes in their pages, which still hold other rows (and the page
+    # splits of the inserts left more copies)
+    assert all(offsets(db, marker(i)) for i in erased)
+    hits = [(at, len(marker(i))) for i in erased for at in offsets(db, marker(i))]
+    result = inplace.zero_freed_space(db, hits)
+    assert result is not None and result["pages_written"] >= 1 and result["bytes_zeroed"] > 0
+    assert all(offsets(db, marker(i)) == [] for i in erased)
+    assert rows(db) == before  # every other row intact, the file still well formed
+    assert all(offsets(db, marker(i)) for i in (9, 12, 199, 201))  # a survivor's bytes are still there
+    # a fresh process reads and writes the file as before
+    script = ("import sqlite3, sys\nc = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+              "c.execute('INSERT INTO t VALUES (5000, x\\'00\\')')\n"
+              "print(c.execute('SELECT count(*) FROM t').fetchone()[0], c.execute('PRAGMA integrity_check').fetchone()[0])")
+    out = subprocess.run([sys.executable, "-c", script, str(db)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(len(before) + 1), "ok"]
+
+
+def test_a_connection_open_before_the_zeroing_drops_the_pages_it_cached(tmp_path):
+    """A connection that read a page before keeps it in its cache across transactions (shown first: a byte
+    changed under it is not seen) and would write that copy back with its next change to the page. The
+    zeroing bumps the file change counter, so the connection reads its pages again."""
+    db = table_file(tmp_path / "t.sqlite3")
+    delete_without_secure_delete(db, [10])
+    other = sqlite3.connect(db, isolation_level=None)
+    assert other.execute("SELECT substr(body, 1, 8) FROM t WHERE id = 9").fetchone() == (b"erase-me",)
+    live = offsets(db, marker(9))
+    with open(db, "r+b") as fh:  # the file changed under the connection, counter untouched
+        for at in live:
+            fh.seek(at)
+            fh.write(b"CHANGED!")
+    assert other.execute("SELECT substr(body, 1, 8) FROM t WHERE id = 9").fetchone() == (b"erase-me",)  # cached
+    counter = int.from_bytes(db.read_bytes()[24:28], "big")
+    assert inplace.zero_freed_space(db, [(at, len(marker(10))) for at in offsets(db, marker(10))])["pages_written"]
+    assert int.from_bytes(db.read_bytes()[24:28], "big") == counter + 1
+    assert other.execute("SELECT substr(body, 1, 8) FROM t WHERE id = 9").fetchone() == (b"CHANGED!",)
+    other.execute("UPDATE t SET body = x'01' WHERE id = 12")
+    other.close()
+    assert offsets(db, marker(10)) == [] and rows(db)[12] == b"\x01"
+
+
+def test_a_hit_in_a_live_cell_is_refused_and_nothing_is_written(tmp_path):
+    db = table_file(tmp_path / "t.sqlite3")
+    delete_without_secure_delete(db, [10])
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    live = [(at, len(marker(11))) for at in offsets(db, marker(11))]
+    free = [(at, len(marker(10))) for at in offsets(db, marker(10))]
+    assert inplace.zero_freed_space(db, live + free) is None
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+
+
+def test_a_database_in_wal_mode_is_refused(tmp_path):
+    db = table_file(tmp_path / "t.sqlite3", journal="wal")
+    delete_without_secure_delete(db, [10])
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    hits = [(at, len(marker(10))) for at in offsets(db, marker(10))]
+    assert hits and inplace.zero_freed_space(db, hits) is None
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+
+
+def test_a_freelist_page_is_zeroed_past_its_list(tmp_path):
+    """Rows deleted by the hundred free whole pages: their bytes are on the freelist, and a leaf page is
+    zeroed whole."""
+    db = table_file(tmp_path / "t.sqlite3", rows=2000)
+    erased = list(range(500, 1500))
+    delete_without_secure_delete(db, erased)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] > 0
+    conn.close()
+    before = rows(db)
+    hits = [(at, len(marker(i))) for i in erased for at in offsets(db, marker(i))]
+    assert hits
+    assert inplace.zero_freed_space(db, hits) is not None
+    assert all(offsets(db, marker(i)) == [] for i in erased)
+    assert rows(db) == before
+
+
+@pytest.mark.parametrize("garbage", [b"\x0d\xff\xff", b"\x07"])
+def test_a_page_that_is_not_a_well_formed_btree_page_is_refused(tmp_path, garbage):
+    db = table_file(tmp_path / "t.sqlite3")
+    delete_without_secure_delete(db, [10])
+    at = offsets(db, marker(10))[-1]
+    page_size = sqlite3.connect(db).execute("PRAGMA page_size").fetchone()[0]
+    with open(db, "r+b") as fh:  # a page header that lies (cell count past the page) or an unknown page type
+        fh.seek(at // page_size * page_size)
+        fh.write(garbage)
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    assert inplace.zero_freed_space(db, [(at, len(marker(10)))]) is None
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+
+
+def test_an_erasure_zeroes_what_chromas_own_client_left_in_pages_still_in_use_without_a_vacuum(tmp_path):
+    """End to end on embedded Chroma. Control: the records' rows deleted on a ``secure_delete`` connection and
+    the freelist zeroed still leave their bytes in chroma.sqlite3 (cells Chroma's own client freed with
+    ``secure_delete`` off: its flag update during the suppression, its queue); the reclaim then zeroes those
+    pages' free space where it lies, without a VACUUM, and an independent scan finds nothing."""
+    import chromadb
+
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone.capture.vector import normalised_fingerprint
+    from tombstone.lineage.db import fingerprint_bytes
+    from tombstone_adapters.chroma import TombstoneCollection
+
+    config = init_deployment(tmp_path / "deploy", {"vectors": {"backend": "chroma", "path": "stores/vectors",
+                                                                "collection": "docs"}})
+    path = Path(config.stores["vectors"].options["path"])
+    chromadb.PersistentClient(path=str(path)).create_collection(
+        "docs", metadata={"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20},
+        embedding_function=None)
+    with Tombstone(config) as tomb:
+        col = TombstoneCollection(chromadb.PersistentClient(path=str(path)).get_collection("docs"),
+                                  lineage=tomb.lineage, store="vectors", embedder=HashingEmbedder(64))
+        for subject, n in (("alice", 40), ("bob", 160)):
+            ids = [f"{subject}-chunk-{i:04d}" for i in range(n)]
+            col.add(ids=ids, documents=[f"{subject} note {i} " + "lorem ipsum " * 20 for i in range(n)],
+                    metadatas=[{"n": i} for i in range(n)], subject=subject)
+        mine = [f"alice-chunk-{i:04d}" for i in range(40)]
+        arts = [tomb.lineage.artifact("vectors", i) for i in mine]
+        db = path / "chroma.sqlite3"
+        assert all(offsets(db, aid.encode()) for aid in mine)  # control: the scan sees the ids before
+        survivors = chromadb.PersistentClient(path=str(path)).get_collection("docs").get(
+            ids=[f"bob-chunk-{i:04d}" for i in range(160)], include=["documents", "metadatas"])
+        receipt, _ = tomb.erase("alice")
+        assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+        evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+        assert evidence["mechanism"] == "in-place"
+        assert evidence["residue_after_in_place"] > 0  # control: row deletes and the freelist were not enough
+        assert evidence["free_space_zeroed"]["pages_written"] > 0 and "vacuum" not in evidence
+    for art in arts:
+        patterns = [art.artifact_id.encode(), fingerprint_bytes(art.fingerprint),
+                    fingerprint_bytes(normalised_fingerprint(art.fingerprint, art.inv_norm))]
+        for file in (p for p in path.rglob("*") if p.is_file()):
+            assert not any(offsets(file, p) for p in patterns), (art.artifact_id, file)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.close()
+    again = chromadb.PersistentClient(path=str(path)).get_collection("docs").get(
+        ids=[f"bob-chunk-{i:04d}" for i in range(160)], include=["documents", "metadatas"])
+    assert again["ids"] == survivors["ids"] and again["documents"] == survivors["documents"]
+    assert again["metadatas"] == survivors["metadatas"]
