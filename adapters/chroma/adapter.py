@@ -22,7 +22,7 @@ from tombstone.capture.vector import normalised_fingerprint
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
-from tombstone.sqlite_pages import zero_where_found
+from tombstone.sqlite_pages import where_found, zero_found
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
@@ -228,35 +228,37 @@ class ChromaAdapter(ChromaHooks, Adapter):
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         """In place (the default, ``inplace.py``): the records' rows deleted on a ``secure_delete``
         connection, the full-text index merged, their HNSW slots marked deleted with the vectors zeroed,
-        their ids dropped from the id map; then a physical probe of the erased artifacts. If it still finds
-        their bytes (an earlier delete by Chroma's own client, which runs with ``secure_delete`` off, left
-        them in free pages no delete reaches), or with ``reclaim = "rewrite"``, or when the segment is not
-        in a shape the in-place recipe knows: the collection is rewritten from its survivors."""
+        their ids dropped from the id map; then a scan of every file for the erased artifacts. Bytes it still
+        finds (Chroma's own client, which runs with ``secure_delete`` off, left them in the free space of
+        pages still in use) are zeroed in those pages (``tombstone.sqlite_pages``); where that is refused,
+        a VACUUM. With ``reclaim = "rewrite"``, when the segment is not in a shape the in-place recipe knows,
+        or if bytes survive the VACUUM: the collection is rewritten from its survivors."""
         if self.reclaim_mode() == "rewrite" or not artifacts:
             return {"mechanism": "rewrite", **self._reclaim_rewrite(artifacts)}
         try:
             evidence = self._reclaim_in_place(artifacts)
         except inplace.NotInPlace as exc:
             return {"mechanism": "rewrite", "in_place_refused": str(exc), **self._reclaim_rewrite(artifacts)}
+        # Where the scan still finds their bytes: a cell Chroma's own client freed (with secure_delete off) in a
+        # page still in use, which no row delete and no freelist zeroing reaches. Those pages' free space is
+        # zeroed where it lies (the verify step's probe then reads every file again); where that is refused
+        # (a hit outside free space, a layout it does not know), a VACUUM of chroma.sqlite3 rewrites every
+        # page, and only if that is not enough, the collection.
+        patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts
+                    for kind, pattern in self.physical_patterns(art).items()}
         try:
-            left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
+            found = where_found(self.physical_files(), patterns, root=self.path)
         except PhysicalUnsupportedError:
             return evidence  # nothing can be checked here: the verify step says UNVERIFIED
-        if not left:
+        if not found:
             return evidence
-        # what remains lies outside the records' rows, slots and free pages: a cell Chroma's own client freed
-        # (with secure_delete off) in a page still in use. Those pages' free space is zeroed where it lies;
-        # if a hit is not in free space, a VACUUM of chroma.sqlite3 rewrites every page; only if that is not
-        # enough, the collection
-        evidence["residue_after_in_place"] = len(left)
-        freed = self._zero_freed_space([a for a in artifacts if a.artifact_id in set(left)])
+        evidence["residue_after_in_place"] = len({key.split("\x00", 1)[1] for key in found})
+        freed = zero_found(found, root=self.path, kill="reclaim:chroma:free-space-page")
         if freed is not None:
             evidence["free_space_zeroed"] = freed
-            left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
-            if not left:
-                evidence["steps"] = evidence["steps"] + ["zero the free space of the chroma.sqlite3 pages where"
-                                                         " their bytes were left"]
-                return evidence
+            evidence["steps"] = evidence["steps"] + ["zero the free space of the chroma.sqlite3 pages that still held"
+                                                     " their bytes (found by a scan of every file)"]
+            return evidence
         evidence["vacuum"] = self._vacuum()
         left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
         if not left:
@@ -450,14 +452,6 @@ class ChromaAdapter(ChromaHooks, Adapter):
             return purged
         finally:
             conn.close()
-
-    def _zero_freed_space(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any] | None:
-        """Where in chroma.sqlite3 the artifacts' bytes still are, and those pages' free space zeroed
-        (``tombstone.sqlite_pages``); None when a hit is elsewhere (an HNSW file, a live cell)."""
-        patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts
-                    for kind, pattern in self.physical_patterns(art).items()}
-        done = zero_where_found(self.physical_files(), patterns, root=self.path, kill="reclaim:chroma:free-space-page")
-        return None if done is None else done.get("chroma.sqlite3", {}) | {"files": sorted(done)}
 
     def _vacuum(self) -> dict[str, Any]:
         conn = self._db()

@@ -174,20 +174,26 @@ def is_sqlite(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def zero_where_found(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, bytes], *,
-                     root: str | os.PathLike[str], kill: str) -> dict[str, dict[str, int]] | None:
-    """Scan ``files`` for ``patterns`` and zero the free space of every SQLite page a pattern lies in
-    (``zero_freed_space``), file by file. Returns the counts per file (by name), or None when a pattern is
-    found in a file that is not a SQLite database, or a file refuses (a hit in a live cell, a layout this
-    does not know): the caller then needs a rewrite. An earlier file already zeroed stays so (free space
-    only)."""
+def where_found(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, bytes], *,
+                root: str | os.PathLike[str]) -> dict[str, list[tuple[str, int, int]]]:
+    """Scan ``files`` once for ``patterns``: pattern key -> every (file, offset, length) it was found at."""
     from tombstone.verify.scanner import scan_files
 
     report = scan_files(files, patterns, root=root)
+    return {key: [(hit.file, hit.offset, len(patterns[key])) for hit in found]
+            for key, found in report.hits.items() if found}
+
+
+def zero_found(found: Mapping[str, list[tuple[str, int, int]]], *, root: str | os.PathLike[str], kill: str
+               ) -> dict[str, dict[str, int]] | None:
+    """Zero the free space of every SQLite page that a ``where_found`` hit lies in (``zero_freed_space``), file
+    by file. Returns the counts per file (by its path under ``root``), or None when a hit lies in a file that
+    is not a SQLite database, or a file refuses (a hit in a live cell, a layout this does not know): the
+    caller then needs a rewrite. A file zeroed before the refusal stays so (its free space only)."""
     by_file: dict[str, list[tuple[int, int]]] = {}
-    for key, found in report.hits.items():
-        for hit in found:
-            by_file.setdefault(hit.file, []).append((hit.offset, len(patterns[key])))
+    for hits in found.values():
+        for file, offset, length in hits:
+            by_file.setdefault(file, []).append((offset, length))
     if not by_file or not all(is_sqlite(file) for file in by_file):
         return None
     done = {}
@@ -197,3 +203,9 @@ def zero_where_found(files: Iterable[str | os.PathLike[str]], patterns: Mapping[
             return None
         done[os.path.relpath(file, root)] = counts
     return done
+
+
+def zero_where_found(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, bytes], *,
+                     root: str | os.PathLike[str], kill: str) -> dict[str, dict[str, int]] | None:
+    """``where_found`` then ``zero_found``."""
+    return zero_found(where_found(files, patterns, root=root), root=root, kill=kill)

@@ -193,7 +193,7 @@ def test_an_erasure_zeroes_what_chromas_own_client_left_in_pages_still_in_use_wi
         evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
         assert evidence["mechanism"] == "in-place"
         assert evidence["residue_after_in_place"] > 0  # control: row deletes and the freelist were not enough
-        assert evidence["free_space_zeroed"]["pages_written"] > 0 and "vacuum" not in evidence
+        assert evidence["free_space_zeroed"]["chroma.sqlite3"]["pages_written"] > 0 and "vacuum" not in evidence
     for art in arts:
         patterns = [art.artifact_id.encode(), fingerprint_bytes(art.fingerprint),
                     fingerprint_bytes(normalised_fingerprint(art.fingerprint, art.inv_norm))]

@@ -41,11 +41,11 @@ def test_batch_equals_single_erasures_with_one_pass_per_store(tmp_path, monkeypa
     listing.write_text("\n".join(["# erasure requests, week 48", *subjects, ""]))
     result = run("erase", "--subjects-file", str(listing), "--config", str(root / "tombstone.toml"))
     assert result.exit_code == 0, result.output
-    # one reclaim and one verify scan per store for the whole batch; Chroma's in-place recipe checks its own
-    # work with the same probe (once, and once more after a VACUUM) inside that one reclaim
+    # one reclaim and one verify scan per store for the whole batch (Chroma's in-place recipe scans the
+    # files once more inside that one reclaim, for what to zero, and probes again only after a VACUUM)
     assert calls[("DocstoreAdapter", "reclaim")] == 1 and calls[("ChromaAdapter", "reclaim")] == 1
     assert calls[("DocstoreAdapter", "probe_physical")] == 1
-    assert 2 <= calls[("ChromaAdapter", "probe_physical")] <= 3, calls
+    assert calls[("ChromaAdapter", "probe_physical")] == 1, calls
     import json
 
     for subject in subjects:

@@ -215,3 +215,18 @@ def test_the_receipt_file_refuses_what_json_cannot_hold(bad):
 
     with pytest.raises(ValueError):
         pretty({"summary": {"x": [1, bad]}})
+
+
+def test_the_bytes_the_chain_stores_are_the_whole_receipts_canonical_form(signed):
+    """``signed`` encodes each member once and joins them: the result equals ``canonical_bytes`` of the whole
+    receipt, and the hash covers the body's own canonical bytes."""
+    from tombstone.receipt.canonical import hash_of, signed_body
+    from tombstone.receipt.signing import signed as sign_with_bytes
+
+    receipt, public = signed
+    body = {k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS}
+    body["artifacts"][0]["evidence"]["note"] = {"b": [1e-7, 2.5, None, True, "ünïcode \u2028 \"quoted\" \\ \x01"],
+                                                "a": {"é": 1}}
+    again, data = sign_with_bytes(body, Ed25519PrivateKey.generate())
+    assert data == canonical_bytes(again)
+    assert again["receipt_hash"] == hash_of(signed_body(again)) and again["receipt_hash"] != receipt["receipt_hash"]

@@ -19,6 +19,18 @@ def canonical_bytes(obj: Any) -> bytes:
     )
 
 
+def canonical_members(obj: dict[str, Any]) -> dict[str, bytes]:
+    """Each top-level member's canonical bytes, for :func:`joined`: a receipt's signed body and the whole
+    receipt share every member but two, so each is encoded once."""
+    return {key: canonical_bytes(value) for key, value in obj.items()}
+
+
+def joined(members: dict[str, bytes]) -> bytes:
+    """The canonical bytes of the object whose members ``canonical_members`` encoded: the same bytes as
+    ``canonical_bytes`` of the object (keys sorted, each ``"key":value``, comma-separated, in braces)."""
+    return b"{" + b",".join(canonical_bytes(key) + b":" + members[key] for key in sorted(members)) + b"}"
+
+
 def signed_body(receipt: dict[str, Any]) -> bytes:
     """Canonical bytes of the receipt without its hash and signature: what both of them cover."""
     return canonical_bytes({k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS})

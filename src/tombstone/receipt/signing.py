@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from tombstone.errors import ReceiptError, ReceiptFormatError
 from tombstone.keys import b64, key_id
-from tombstone.receipt.canonical import body_hash, hash_of, signed_body
+from tombstone.receipt.canonical import UNSIGNED_FIELDS, body_hash, canonical_members, hash_of, joined, signed_body
 
 SCHEMA_VERSION = "1.1"
 SCHEMA_VERSIONS = ("1.0", "1.1")
@@ -43,8 +43,14 @@ def receipt_schema() -> dict[str, Any]:
 
 def sign(body: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
     """Return the receipt: ``body`` plus its SHA-256 hash and an Ed25519 signature over the same bytes."""
-    receipt = dict(body)
-    covered = signed_body(receipt)  # the same bytes for the hash and the signature: written once
+    return signed(body, key)[0]
+
+
+def signed(body: dict[str, Any], key: Ed25519PrivateKey) -> tuple[dict[str, Any], bytes]:
+    """``sign``, with the whole receipt's canonical bytes (what the chain stores), each member encoded once."""
+    receipt = {k: v for k, v in body.items() if k not in UNSIGNED_FIELDS}
+    members = canonical_members(receipt)
+    covered = joined(members)  # the same bytes for the hash and the signature: written once
     receipt["receipt_hash"] = hash_of(covered)
     receipt["signature"] = {
         "algorithm": "ed25519",
@@ -52,7 +58,8 @@ def sign(body: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
         "value": b64(key.sign(covered)),
     }
     validate_schema(receipt)
-    return receipt
+    members.update(canonical_members({k: receipt[k] for k in UNSIGNED_FIELDS}))
+    return receipt, joined(members)
 
 
 def _inlined(node: Any, defs: dict[str, Any]) -> Any:

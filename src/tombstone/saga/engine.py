@@ -36,7 +36,7 @@ from tombstone.capture import deferred
 from tombstone.faults import kill_point
 from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
-from tombstone.receipt import canonical_bytes, sign
+from tombstone.receipt.signing import signed
 from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
 from tombstone.receipt.signing import RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND
 from tombstone.receipt.files import numbered, receipt_in, same_file_name
@@ -472,8 +472,7 @@ class Saga:
                             previous_receipt_hash=head[1] if head else None,
                             statement=plan.get("statement") or (None if entries else NOTHING_RECORDED),
                             kind=plan.get("kind") or RECEIPT_KIND, store_reclaim=store_reclaim)
-        receipt = sign(body, self.ctx.signer())
-        data = canonical_bytes(receipt)
+        receipt, data = signed(body, self.ctx.signer())
         out = self._destination()
         # The file is written before the chain row: if the process dies in between, the saga is
         # still running and resume signs and rewrites the same file; the chain never names a
