@@ -51,9 +51,15 @@ def receipt_in(path: Path) -> dict[str, Any] | None:
     return None
 
 
+def file_name_key(path: Path) -> str:
+    """A path's name as compared by ``same_file_name``: equal keys, the same file (also on a case-insensitive
+    file system)."""
+    return os.path.normcase(str(path)).casefold()
+
+
 def same_file_name(a: Path, b: Path) -> bool:
     """Whether two paths name the same file, also on a case-insensitive file system."""
-    return os.path.normcase(str(a)).casefold() == os.path.normcase(str(b)).casefold()
+    return file_name_key(a) == file_name_key(b)
 
 
-__all__ = ["SAFE_SUBJECT", "numbered", "receipt_file_name", "receipt_in", "same_file_name"]
+__all__ = ["SAFE_SUBJECT", "file_name_key", "numbered", "receipt_file_name", "receipt_in", "same_file_name"]

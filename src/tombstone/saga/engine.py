@@ -39,7 +39,7 @@ from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.receipt.signing import signed
 from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
 from tombstone.receipt.signing import RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND
-from tombstone.receipt.files import numbered, receipt_in, same_file_name
+from tombstone.receipt.files import file_name_key, numbered, receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
 from tombstone.verify import model, runner, semantic
@@ -550,11 +550,11 @@ def free_receipt_path(ctx: SagaContext, base: Path, saga_id: str) -> Path:
     """The first of ``base``, ``base`` with ``.2``, ``.3``, ... before its suffix, that no file holds (or that
     holds this saga's own unsealed receipt) and no other unfinished saga has chosen. Call it under
     ``receipt_names_lock``."""
-    taken = _taken_by_others(ctx, saga_id)
+    taken = {file_name_key(other) for other in _taken_by_others(ctx, saga_id)}  # a batch asks once per saga
     n = 1
     while True:
         candidate = numbered(base, n)
-        if not any(same_file_name(candidate, other) for other in taken):
+        if file_name_key(candidate) not in taken:
             held = receipt_in(candidate)
             if not candidate.exists() or (held is not None and held["saga_id"] == saga_id):
                 return candidate
