@@ -173,9 +173,10 @@ def case(backend: str, size: int, tmp: Path) -> dict:
         assert receipt["summary"].get("VERIFIED") == CHUNKS, receipt["summary"]
         out["steps"] = _steps(tomb, receipt["saga_id"])
         evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
-        out["mechanism"] = (evidence.get("mechanism") or "rewrite") + (" + VACUUM" if "vacuum" in evidence
-                                                                        and evidence.get("mechanism") == "in-place"
-                                                                        else "")
+        in_place = evidence.get("mechanism") == "in-place"
+        out["mechanism"] = ((evidence.get("mechanism") or "rewrite")
+                            + (" + free space zeroed" if in_place and "free_space_zeroed" in evidence else "")
+                            + (" + VACUUM" if in_place and "vacuum" in evidence else ""))
         # the rewrite the reclaim no longer does, of the store less the one subject (before the batch, so
         # that every size rewrites the same share of its store)
         if size > FULL_UP_TO:

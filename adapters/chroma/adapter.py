@@ -210,8 +210,20 @@ class ChromaAdapter(ChromaHooks, Adapter):
     # -- suppress / delete --------------------------------------------------------------------
 
     def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
-        present = self._existing(self._ids(artifacts))
+        """The flag set in the metadata segment's table (``inplace.flag_rows``), where every read path's
+        filter looks; through Chroma's ``update`` where the collection has no metadata segment row."""
         col = self.collection()
+        conn = self._db()
+        try:
+            segment = conn.execute("SELECT id FROM segments WHERE collection = ? AND scope = 'METADATA'",
+                                   (str(col.id),)).fetchone()
+            if segment is not None:
+                flagged = inplace.flag_rows(conn, segment[0], self._ids(artifacts), SUPPRESSED)
+                return {"mechanism": f"metadata {SUPPRESSED}=true (in the metadata segment's table) + filter on"
+                                     " every wrapper query path", "records_flagged": flagged}
+        finally:
+            conn.close()
+        present = self._existing(self._ids(artifacts))
         for start in range(0, len(present), _PAGE):
             batch = present[start : start + _PAGE]
             col.update(ids=batch, metadatas=[{SUPPRESSED: True} for _ in batch])

@@ -180,6 +180,32 @@ def delete_rows(conn: sqlite3.Connection, ids: list[str], metadata_segment: str 
     return counts
 
 
+def flag_rows(conn: sqlite3.Connection, metadata_segment: str, ids: list[str], key: str) -> int:
+    """Set the boolean metadata ``key`` to true on the records ``ids`` hold in ``metadata_segment``, in its
+    table, as Chroma's own ``update`` stores it (a row of ``embedding_metadata`` with ``bool_value`` 1), in one
+    transaction; returns how many records hold it. Chroma's read paths filter on that table, so a ``where``
+    on the key sees it at once, in every process. Done here rather than through ``update``, which first makes
+    the client load the whole HNSW index into memory (seconds at a million vectors) for a change that touches
+    no vector."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rowids: list[int] = []
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            rowids += [r for (r,) in conn.execute(
+                f"SELECT id FROM embeddings WHERE segment_id = ? AND embedding_id IN ({','.join('?' * len(part))})",  # noqa: S608
+                (metadata_segment, *part))]
+        conn.executemany(
+            "INSERT INTO embedding_metadata (id, key, bool_value) VALUES (?, ?, 1) ON CONFLICT (id, key) DO UPDATE"
+            " SET string_value = NULL, int_value = NULL, float_value = NULL, bool_value = 1",
+            [(r, key) for r in rowids])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(rowids)
+
+
 def merge_fulltext(conn: sqlite3.Connection) -> bool:
     """Merge the full-text index into one segment: a deleted document's terms leave the index only when the
     segments that held them are merged (FTS5 records a delete as a new entry, not by editing old ones)."""

@@ -123,11 +123,15 @@ class TestChromaConformance(AdapterConformance):
 @contextlib.contextmanager
 def chroma_failure(adapter):
     """Every call into Chroma's Rust bindings raises InternalError; the physical probe reads the persist
-    directory instead, so listing it fails too (EIO)."""
+    directory instead, so listing it fails too (EIO); the suppression and the reclaim open chroma.sqlite3
+    themselves, which fails as a locked database does."""
+    import sqlite3
+
     server = adapter.client._server
     unreadable = OSError(errno.EIO, "injected: Input/output error", str(adapter.path))
     with mock.patch.object(server, "bindings", raising_stub(server.bindings, chromadb.errors.InternalError("injected"))), \
-            mock.patch.object(adapter, "physical_files", side_effect=unreadable):
+            mock.patch.object(adapter, "physical_files", side_effect=unreadable), \
+            mock.patch.object(adapter, "_db", side_effect=sqlite3.OperationalError("injected: database is locked")):
         yield
 
 
