@@ -34,6 +34,9 @@ from .hooks import ChromaHooks
 
 REWRITE_SUFFIX = "-tombstone-rewrite"
 _UUID_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_SEARCH_ALL_UP_TO = 400
+"""Probe vectors searched without first reading which ids the collection can name (one subject's: the id
+map is read whole, which costs more than a few hundred searches)."""
 _PAGE = 1000
 # lock file -> the token this process's Chroma instance on that directory is known complete at
 _fresh_at: dict[str, str | None] = {}
@@ -520,7 +523,12 @@ class ChromaAdapter(ChromaHooks, Adapter):
         # flagged ids: with none flagged (the store's lock is held, so none will be) it returns a subset of
         # the raw query's results, and is asked only the queries whose raw results held the artifact.
         nothing_flagged = not col.get(where={SUPPRESSED: True}, include=[])["ids"]
-        nearest = nearest_paths_many(list(queries.items()), searchers, min(TOP_K, count),
+        # A search names each result through the vector segment's id map, so an id that neither the id map,
+        # nor the metadata segment, nor a queued write of the collection names cannot come back from any
+        # search: its probe vectors are not searched. Read only for a large batch (the map is read whole).
+        named = self._named(ids) if sum(len(q) for q in queries.values()) > _SEARCH_ALL_UP_TO else None
+        searched = [(aid, q) for aid, q in queries.items() if named is None or aid in named]
+        nearest = nearest_paths_many(searched, searchers, min(TOP_K, count),
                                      within={"wrapper": "raw"} if nothing_flagged else None)
         results = {}
         for art in artifacts:
@@ -534,18 +542,59 @@ class ChromaAdapter(ChromaHooks, Adapter):
             if id_key:
                 paths[f"raw.get(where {id_key})"] = aid in col.get(where={id_key: aid}, include=[])["ids"]
                 paths[f"wrapper.get(where {id_key})"] = aid in view.get(where={id_key: aid}, include=[])["ids"]
-            paths.update(nearest[aid])
+            paths.update(nearest.get(aid, {}))
             returned = sorted(p for p, hit in paths.items() if hit)
+            evidence = {"paths": sorted(paths), "returned_by": returned,
+                        "probe_vectors": len(queries[aid]), "collection_count": count}
+            if named is not None and aid not in named and queries[aid]:
+                evidence["nearest_neighbours"] = (
+                    "not searched: a search names its results through the vector segment's id map, and neither"
+                    " that map, nor the metadata segment, nor a queued write of the collection names this id")
+            else:
+                evidence["wrapper_searches"] = ("where the raw search returned the artifact (nothing flagged)"
+                                                if nothing_flagged else "every probe vector")
             results[aid] = ProbeResult(
                 level=Level.LOGICAL,
                 passed=not returned,
                 measurement=f"returned by {', '.join(returned)}" if returned else None,
-                evidence={"paths": sorted(paths), "returned_by": returned,
-                          "probe_vectors": len(queries[aid]), "collection_count": count,
-                          "wrapper_searches": "where the raw search returned the artifact (nothing flagged)"
-                          if nothing_flagged else "every probe vector"},
+                evidence=evidence,
             )
         return results
+
+    def _named(self, ids: list[str]) -> set[str] | None:
+        """Which of ``ids`` the collection can still name: in the vector segment's persisted id map, in the
+        metadata segment's ``embeddings`` table, or in an embeddings-queue row of the collection (a write the
+        segments have not all persisted). None where that cannot be told (no vector segment folder, a map
+        in a shape ``inplace.read_id_map`` does not know): then every probe vector is searched."""
+        conn = self._db()
+        try:
+            col = self.collection()
+            segments = dict(conn.execute("SELECT scope, id FROM segments WHERE collection = ?", (str(col.id),)))
+            if "VECTOR" not in segments or "METADATA" not in segments:
+                return None
+            topics = [t for (t,) in conn.execute("SELECT DISTINCT topic FROM embeddings_queue")
+                      if t.rsplit("/", 1)[-1] == str(col.id)]
+            named: set[str] = set()
+            for start in range(0, len(ids), 500):
+                part = ids[start:start + 500]
+                marks = ",".join("?" * len(part))
+                named |= {i for (i,) in conn.execute(
+                    f"SELECT embedding_id FROM embeddings WHERE segment_id = ? AND embedding_id IN ({marks})",  # noqa: S608
+                    (segments["METADATA"], *part))}
+                for topic in topics:
+                    named |= {i for (i,) in conn.execute(
+                        f"SELECT id FROM embeddings_queue WHERE topic = ? AND id IN ({marks})", (topic, *part))}  # noqa: S608
+        finally:
+            conn.close()
+        folder = self.path / segments["VECTOR"]
+        if (folder / inplace.ID_MAP).exists():
+            id_map = inplace.read_id_map(folder)
+            if id_map is None:
+                return None
+            named |= set(ids) & set(id_map["id_to_label"])
+        elif folder.exists() and any(folder.iterdir()):
+            return None  # HNSW files without the map this reads
+        return named
 
     def probe_physical(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
         self._cosine = self._space() == "cosine"

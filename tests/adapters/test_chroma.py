@@ -563,3 +563,46 @@ def test_the_logical_probe_asks_the_wrapper_only_where_the_raw_search_found_the_
         assert entry["status"] == "VERIFIED"
         logical = next(p for p in entry["evidence"]["probes"] if p["level"] == "logical")
         assert logical["passed"] and logical["detail"]["wrapper_searches"].startswith("where the raw search")
+
+
+def test_a_batch_searches_only_ids_the_collection_can_still_name(ctomb, monkeypatch):
+    """A search names its results through the vector segment's id map: a batch's logical probe searches only
+    the artifacts the id map, the metadata segment or a queued write still names. Controls: before the
+    erasure every artifact is searched and found; an id whose rows were deleted but whose slot and id-map
+    entry stayed (a reclaim killed half-way) is searched and found; an erased id written again is searched
+    and found."""
+    import tombstone_adapters.chroma.adapter as chroma_adapter
+    from tombstone_adapters.chroma import inplace
+
+    monkeypatch.setattr(chroma_adapter, "_SEARCH_ALL_UP_TO", 0)  # small stores: the batch path at any size
+    mine, theirs, arts, _ = in_place_store(ctomb)
+    vectors = ctomb.lineage.probe_vectors(arts)
+    before = ctomb.adapter("vectors").probe_logical(arts, vectors)
+    assert all(not r.passed and any(p.startswith("raw.top40") for p in r.evidence["returned_by"])
+               for r in before.values())
+    assert not any("nearest_neighbours" in r.evidence for r in before.values())
+    receipt, _ = ctomb.erase("alice")
+    for entry in receipt["artifacts"]:
+        logical = next(p for p in entry["evidence"]["probes"] if p["level"] == "logical")
+        assert entry["status"] == "VERIFIED" and logical["detail"]["nearest_neighbours"].startswith("not searched")
+    # control: bob's rows deleted the way the reclaim deletes them, the HNSW slots and the id map kept
+    adapter = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options)
+    bob = [ctomb.lineage.artifact("vectors", i) for i in theirs[:3]]
+    segments = {scope: seg for seg, scope in adapter._segments().items()}
+    conn = adapter._db()
+    conn.execute("PRAGMA secure_delete=ON")
+    inplace.delete_rows(conn, theirs[:3], segments["METADATA"], [])
+    conn.close()
+    assert set(theirs[:3]) <= set(inplace.read_id_map(store_dir(ctomb) / segments["VECTOR"])["id_to_label"])
+    half = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options).probe_logical(
+        bob, ctomb.lineage.probe_vectors(bob))
+    for r in half.values():
+        assert "nearest_neighbours" not in r.evidence
+        assert any(p.startswith("raw.top40") for p in r.evidence["returned_by"]), r.evidence
+    # control: an erased id written again is named by the metadata segment, searched and found
+    col = chromadb.PersistentClient(path=str(store_dir(ctomb))).get_collection("docs")
+    col.add(ids=[mine[0]], embeddings=[vectors[mine[0]][0].tolist()], documents=["written again"])
+    again = ChromaAdapter("vectors", ctomb.config.stores["vectors"].options).probe_logical(arts, vectors)
+    assert not again[mine[0]].passed and "nearest_neighbours" not in again[mine[0]].evidence
+    assert all(again[a].passed and again[a].evidence["nearest_neighbours"].startswith("not searched")
+               for a in mine[1:])
