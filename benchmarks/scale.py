@@ -352,8 +352,11 @@ def section(result: dict) -> str:
             if a.get("open") is not None and b.get("open") is not None:
                 without_open = (f"; without opening the store, {a['erase'] - a['open']:.2f} s to"
                                 f" {b['erase'] - b['open']:.2f} s, {(b['erase'] - b['open']) / (a['erase'] - a['open']):.1f}x")
+            aim = ""
+            if have[-1] // have[0] >= 100:
+                aim = f"; the aim, under 10x, {'met' if b['erase'] / a['erase'] < 10 else 'missed'}"
             growth.append(f"{backend} from {have[0]:,} to {have[-1]:,} ({have[-1] // have[0]}x the data):"
-                          f" {b['erase'] / a['erase']:.1f}x ({bulk_growth}{without_open})")
+                          f" {b['erase'] / a['erase']:.1f}x ({bulk_growth}{without_open}{aim})")
     steps = []
     for (backend, size), c in cases.items():
         if size == max(n for b, n in cases if b == backend):
@@ -377,7 +380,12 @@ def section(result: dict) -> str:
                   f" its own process: {', '.join(reused)}."]
     if result.get("failed"):
         lines += ["", f"Cases that failed in this run (see its output): {', '.join(result['failed'])}."]
+    batches = [f"{backend} at {n:,}: {cases[(backend, n)]['batch'] / cases[(backend, n)]['erase']:.1f}x"
+               for backend in dict.fromkeys(c["backend"] for c in result["cases"])
+               for n in [max(m for b, m in cases if b == backend)]]
     lines += ["", f"One subject's erase grew: {'; '.join(growth)}.",
+              "", f"A batch against one subject at each backend's largest size (the aim: at most 5x for 100 subjects):"
+              f" {'; '.join(batches)}.",
               "", f"The saga's steps at each backend's largest size: {'; '.join(steps)}.",
               "", "Where the time goes: every reclaim here works in place, so one subject's erase is mostly the"
               " verify step and opening the store. The logical probe queries each artifact's probe vectors (the"
@@ -403,16 +411,21 @@ def section(result: dict) -> str:
               " each, which is most of a batch's cost where one subject's erase is cheap (small stores) and less of"
               " it where opening the store dominates. What a batch adds per artifact is mostly the physical"
               " probe's patterns (two per artifact, compiled into one matcher: about a second for 10,000 artifacts)"
-              " and the lineage db's rows. Chroma still searches every artifact's probe vectors through the raw"
-              " store (its results are named by Chroma's own segments, not a map Tombstone can consult), so there a"
-              " batch grows with its artifacts. Chroma's in-place reclaim runs a VACUUM of `chroma.sqlite3` when its"
-              " probe still finds bytes after the row deletes (stale cells in pages still in use); the `reclaim`"
-              " column says when it did.",
-              "", "Chroma at 1,000,000 vectors: the in-place reclaim ended with a VACUUM of `chroma.sqlite3` (its"
-              " probe still found bytes after the row deletes), and a VACUUM rewrites the whole file, so the reclaim"
-              " step, and with it one subject's erase, grew with the store (the growth aim, under 10x from 10,000"
-              " to 1,000,000, is missed there); the suppression (Chroma's own `update` of the flag on each record)"
-              " grew too. A batch pays that VACUUM once, which is why its cost per subject falls as the store grows.",
+              " and the lineage db's rows. A batch's logical probe on Chroma first reads which of its ids the"
+              " collection can still name (the vector segment's id map, the metadata segment's rows and its queued"
+              " writes; a search names every result through that id map) and searches only those, as FAISS and"
+              " Qdrant do; one subject's probe searches its few hundred probe vectors without that read.",
+              "", "Chroma: the suppression writes the flag into the metadata segment's table, in one transaction"
+              " (through Chroma's client it would first load the whole HNSW index into memory). The in-place"
+              " reclaim deletes the records' rows on a `secure_delete` connection, marks and zeroes their HNSW slots"
+              " where they lie, rewrites the id map (`index_metadata.pickle`: one pickle of every id), merges the"
+              " full-text index (FTS5 `optimize`, which writes the whole index again: a deleted document's terms"
+              " leave it only when the segments holding them are merged), zeroes the free pages, and then zeroes,"
+              " in the SQLite pages where a scan of the files still finds the erased bytes, those pages' free space"
+              " (cells Chroma's own client freed with `secure_delete` off; *free space zeroed* in the `reclaim`"
+              " column, where a VACUUM of the whole file used to run). A fresh Chroma client then loads the edited"
+              " index, whole: Chroma's local HNSW segment has no other way to open. What still grows with the store"
+              " in one subject's erase is that load, the id map, the full-text merge and the reads of the files.",
               "", "Qdrant's local mode searches by brute force (each query scores every point in numpy, about"
               " 130 ms at 100,000 points in the read-path table above). Its logical probe searches only the"
               " artifacts a live point still carries (every search names a point by its payload id): one unfiltered"
