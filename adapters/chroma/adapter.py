@@ -22,7 +22,7 @@ from tombstone.capture.vector import normalised_fingerprint
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
-from tombstone.sqlite_pages import where_found, zero_found
+from tombstone.sqlite_pages import where_found, zero_all_free_space
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
@@ -243,9 +243,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         """In place (the default, ``inplace.py``): the records' rows deleted on a ``secure_delete``
         connection, the full-text index merged, their HNSW slots marked deleted with the vectors zeroed,
-        their ids dropped from the id map; then a scan of every file for the erased artifacts. Bytes it still
-        finds (Chroma's own client, which runs with ``secure_delete`` off, left them in the free space of
-        pages still in use) are zeroed in those pages (``tombstone.sqlite_pages``); where that is refused,
+        their ids dropped from the id map, the free space of every page of chroma.sqlite3 zeroed (Chroma's
+        own client, which runs with ``secure_delete`` off, leaves deleted and rewritten rows there:
+        ``tombstone.sqlite_pages``); then a scan of every file for the erased artifacts. Bytes it still finds:
         a VACUUM. With ``reclaim = "rewrite"``, when the segment is not in a shape the in-place recipe knows,
         or if bytes survive the VACUUM: the collection is rewritten from its survivors."""
         if self.reclaim_mode() == "rewrite" or not artifacts:
@@ -254,11 +254,10 @@ class ChromaAdapter(ChromaHooks, Adapter):
             evidence = self._reclaim_in_place(artifacts)
         except inplace.NotInPlace as exc:
             return {"mechanism": "rewrite", "in_place_refused": str(exc), **self._reclaim_rewrite(artifacts)}
-        # Where the scan still finds their bytes: a cell Chroma's own client freed (with secure_delete off) in a
-        # page still in use, which no row delete and no freelist zeroing reaches. Those pages' free space is
-        # zeroed where it lies (the verify step's probe then reads every file again); where that is refused
-        # (a hit outside free space, a layout it does not know), a VACUUM of chroma.sqlite3 rewrites every
-        # page, and only if that is not enough, the collection.
+        # Chroma's own client deletes and rewrites rows with secure_delete off, so the erased records' old
+        # bytes (a document's text with nothing else of the record beside it) can be in any page's free space:
+        # every page's free space was zeroed (_reclaim_in_place). What a scan still finds lies elsewhere (a
+        # live cell, an HNSW file): a VACUUM of chroma.sqlite3, and only if that is not enough, the collection.
         patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts
                     for kind, pattern in self.physical_patterns(art).items()}
         try:
@@ -268,12 +267,6 @@ class ChromaAdapter(ChromaHooks, Adapter):
         if not found:
             return evidence
         evidence["residue_after_in_place"] = len({key.split("\x00", 1)[1] for key in found})
-        freed = zero_found(found, root=self.path, kill="reclaim:chroma:free-space-page")
-        if freed is not None:
-            evidence["free_space_zeroed"] = freed
-            evidence["steps"] = evidence["steps"] + ["zero the free space of the chroma.sqlite3 pages that still held"
-                                                     " their bytes (found by a scan of every file)"]
-            return evidence
         evidence["vacuum"] = self._vacuum()
         left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
         if not left:
@@ -310,6 +303,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
             checkpoint = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
+        free_space = zero_all_free_space(self.path / "chroma.sqlite3", kill="reclaim:chroma:free-space-page")
+        if free_space is None:
+            raise inplace.NotInPlace("chroma.sqlite3 is not in a shape whose free space can be zeroed in place")
         # this process's index still holds the vectors in memory: a fresh instance loads the files, and
         # wrappers (in any process) learn from the epoch token to do the same before their next call
         bump_epoch(self.path)
@@ -323,10 +319,12 @@ class ChromaAdapter(ChromaHooks, Adapter):
                       "mark their HNSW slots deleted, zero their vectors and every deleted slot's, drop their ids"
                       " from index_metadata.pickle",
                       "merge the full-text index", "zero chroma.sqlite3's free pages",
+                      "zero the free space of every page of chroma.sqlite3 (what Chroma's own deletes and rewrites,"
+                      " with secure_delete off, left there)",
                       "reload the collection from its files (a new epoch token for the wrappers)",
                       "zero HNSW slots past cur_element_count"],
             "rows_deleted": rows, "hnsw": slots, "fulltext_merged": merged,
-            "free_pages_zeroed": free_pages,
+            "free_pages_zeroed": free_pages, "free_space_zeroed": free_space,
             "wal_checkpoint_busy": bool(checkpoint and checkpoint[0]), "hnsw_tail_bytes_zeroed": zeroed,
             "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",
         }

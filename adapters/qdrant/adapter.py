@@ -22,7 +22,7 @@ from tombstone.fsutil import write_atomic
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
-from tombstone.sqlite_pages import zero_where_found
+from tombstone.sqlite_pages import is_sqlite, zero_all_free_space
 from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
@@ -185,12 +185,18 @@ class QdrantAdapter(QdrantHooks, Adapter):
                                                            "scan the files: nothing of the artifacts left"],
                         **evidence}
             evidence["residue_after_delete"] = left
-            # an earlier delete with secure_delete off left their bytes in free space (of a page still in use,
-            # or a free page): zeroed where they lie, pages of those files only; a rewrite if that is refused
-            patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts if art.artifact_id in set(left)
-                        for kind, pattern in self.physical_patterns(art).items()}
-            zeroed = zero_where_found(self.physical_files(), patterns, root=self.path,
-                                      kill="reclaim:qdrant:free-space-page")
+            # an earlier delete or rewrite with secure_delete off left their bytes in free space (of a page
+            # still in use, or a free page), maybe with parts of a point no pattern names (its payload, on an
+            # overflow page of its own): the free space of every page of each SQLite file is zeroed where it
+            # lies; a rewrite if that is refused
+            zeroed = {}
+            for file in self.physical_files():
+                if is_sqlite(file):
+                    counts = zero_all_free_space(file, kill="reclaim:qdrant:free-space-page")
+                    if counts is None:
+                        zeroed = None
+                        break
+                    zeroed[file.relative_to(self.path).as_posix()] = counts
             if zeroed is not None:
                 evidence["free_space_zeroed"] = zeroed
                 left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
@@ -199,7 +205,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
                             "steps": ["PRAGMA secure_delete=ON on the collection's connection",
                                       "delete the points (SQLite zeroes their cells and pages)",
                                       "scan the files: bytes an earlier delete left in free space",
-                                      "zero the free space of the pages where they lie",
+                                      "zero the free space of every page of each SQLite file",
                                       "scan the files: nothing of the artifacts left"],
                             **evidence}
                 evidence["residue_after_zeroing"] = left

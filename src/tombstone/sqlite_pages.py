@@ -9,10 +9,11 @@ database file format: page header, cell pointer array, freeblock list, freelist 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from tombstone.faults import kill_point
@@ -66,8 +67,9 @@ def _free_regions(page: bytes, number: int, usable: int) -> list[tuple[int, int]
     pointers_end = h + header_size + 2 * cells
     if not pointers_end <= content <= usable:
         return None
-    for i in range(cells):
-        if not content <= _u16(page, h + header_size + 2 * i) < usable:
+    if cells:
+        pointers = struct.unpack_from(f">{cells}H", page, h + header_size)
+        if min(pointers) < content or max(pointers) >= usable:
             return None
     regions = [(pointers_end, content)]
     block, floor = _u16(page, h + 1), content
@@ -82,6 +84,67 @@ def _free_regions(page: bytes, number: int, usable: int) -> list[tuple[int, int]
     return regions
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[tuple[int, bytes, int, int, dict[int, int]] | None]:
+    """The file opened for writing under an EXCLUSIVE lock taken through SQLite, with its header, page size,
+    page count and freelist; None (and no lock) where it is not in a shape the zeroing knows: WAL mode, an
+    auto-vacuum or reserved-bytes layout, 2^24 pages or more (an overflow page could then look like a b-tree
+    page), a freelist that does not hold together, or a transaction another connection keeps open."""
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    fd = -1
+    try:
+        conn.execute("PRAGMA busy_timeout=30000")
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                yield None
+                return
+            conn.execute("BEGIN EXCLUSIVE")
+        except sqlite3.OperationalError:
+            yield None
+            return
+        try:
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            header = os.pread(fd, 100, 0)
+            page_size = _u16(header, 16)
+            page_size = 65536 if page_size == 1 else page_size
+            pages = os.fstat(fd).st_size // page_size
+            free = None
+            if not (header[20] or _u32(header, 52) or pages >= 1 << 24):
+                free = _freelist(fd, page_size, _u32(header, 32), _u32(header, 36), pages)
+            yield None if free is None else (fd, header, page_size, pages, free)
+        finally:
+            conn.execute("COMMIT")
+    finally:
+        conn.close()
+        if fd >= 0:
+            os.close(fd)  # after the lock is released: closing any descriptor drops this process's POSIX locks
+
+
+def _write_zeroed(fd: int, header: bytes, page_size: int, plans, kill: str) -> tuple[int, int]:
+    """Zero each plan's (page number, page bytes, free regions) regions where they hold anything, write those
+    pages, bump the file change counter (every connection then drops the pages it cached) and fsync.
+    Returns (pages written, bytes zeroed)."""
+    zeroed = pages_written = 0
+    for number, page, regions in plans:
+        changed = 0
+        for r_start, r_end in regions:
+            if page.count(0, r_start, r_end) != r_end - r_start:
+                changed += r_end - r_start
+                page[r_start:r_end] = bytes(r_end - r_start)
+        if changed:
+            kill_point(kill)
+            os.pwrite(fd, page, (number - 1) * page_size)
+            zeroed += changed
+            pages_written += 1
+    if pages_written:
+        counter = _u32(header, 24)
+        os.pwrite(fd, _U32.pack((counter + 1) & 0xFFFFFFFF), 24)
+        if _u32(header, 92) == counter:  # keep the page count in the header valid
+            os.pwrite(fd, _U32.pack((counter + 1) & 0xFFFFFFFF), 92)
+        os.fsync(fd)
+    return pages_written, zeroed
+
+
 def zero_freed_space(path: Path, hits: Iterable[tuple[int, int]], *, kill: str = "reclaim:sqlite:free-space-page"
                      ) -> dict[str, int] | None:
     """Zero the unused bytes of the SQLite pages in which ``hits`` (offset, length) lie, in place: what
@@ -93,77 +156,78 @@ def zero_freed_space(path: Path, hits: Iterable[tuple[int, int]], *, kill: str =
 
     Done under an EXCLUSIVE lock taken through SQLite (no reader or writer in between), in rollback-journal
     mode only; the file change counter is bumped afterwards, so every connection drops the pages it cached.
-    Returns the counts, or None (nothing written) where the file is not in a shape this knows -- WAL mode, an
-    auto-vacuum or reserved-bytes layout, a database of 2^24 pages or more (an overflow page could then look
-    like a b-tree page) -- or a hit lies outside every free range (it is in a cell: still live data). The
-    caller then rewrites the file instead (a VACUUM)."""
+    Returns the counts, or None (nothing written) where the file is not in a shape this knows (``_exclusive``)
+    or a hit lies outside every free range (it is in a cell: still live data). The caller then rewrites the
+    file instead (a VACUUM)."""
     hits = sorted(set(hits))
-    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-    fd = -1
-    try:
-        conn.execute("PRAGMA busy_timeout=30000")
-        try:
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+    with _exclusive(path) as opened:
+        if opened is None:
+            return None
+        fd, header, page_size, pages, free = opened
+        lock_page = (1 << 30) // page_size + 1  # never used by SQLite
+        by_page: dict[int, list[tuple[int, int]]] = {}
+        for offset, length in hits:
+            number = offset // page_size + 1
+            if number > pages or number == lock_page:
                 return None
-            conn.execute("BEGIN EXCLUSIVE")
-        except sqlite3.OperationalError:
-            return None  # another connection keeps a transaction open: nothing written, the caller rewrites
-        try:
-            fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-            header = os.pread(fd, 100, 0)
-            page_size = _u16(header, 16)
-            page_size = 65536 if page_size == 1 else page_size
-            pages = os.fstat(fd).st_size // page_size
-            if header[20] or _u32(header, 52) or pages >= 1 << 24:
-                return None
-            free = _freelist(fd, page_size, _u32(header, 32), _u32(header, 36), pages)
-            if free is None:
-                return None
-            lock_page = (1 << 30) // page_size + 1  # never used by SQLite
-            by_page: dict[int, list[tuple[int, int]]] = {}
-            for offset, length in hits:
-                number = offset // page_size + 1
-                if number > pages or number == lock_page:
+            start = offset - (number - 1) * page_size
+            by_page.setdefault(number, []).append((start, start + length))
+        plans = []
+        for number, ranges in by_page.items():
+            page = bytearray(os.pread(fd, page_size, (number - 1) * page_size))
+            if number in free:
+                regions = [(free[number], page_size)]
+            else:
+                regions = _free_regions(page, number, page_size)
+                if regions is None:
                     return None
-                start = offset - (number - 1) * page_size
-                by_page.setdefault(number, []).append((start, start + length))
-            plans = []
-            for number, ranges in by_page.items():
-                page = bytearray(os.pread(fd, page_size, (number - 1) * page_size))
+            if not all(any(s < r_end and r_start < e for r_start, r_end in regions) for s, e in ranges):
+                return None  # some hit lies only in a cell: live data, which this must not touch
+            plans.append((number, page, regions))
+        written, zeroed = _write_zeroed(fd, header, page_size, plans, kill)
+        return {"pages": len(plans), "pages_written": written, "bytes_zeroed": zeroed}
+
+
+def zero_all_free_space(path: Path, *, kill: str = "reclaim:sqlite:free-space-page",
+                        batch: int = 256) -> dict[str, int] | None:
+    """Zero the free space of every page of the file, as ``zero_freed_space`` does for some: every b-tree
+    page's gap and freeblocks, every freelist page past its list. For a store whose own client deletes and
+    rewrites rows with ``secure_delete`` off, the erased records' bytes that no scan pattern names (a
+    document's text, say, in a page that holds neither the record's id nor its vector) can be in any page's
+    free space. The file is read once; only pages whose free space holds anything are written. An overflow
+    page is left as it is (its unused tail, past the payload, is known only to the cell that owns it).
+    Returns the counts, or None (nothing written) where the file is not in a shape this knows, or a page
+    that says it is a b-tree page does not hold together."""
+    with _exclusive(path) as opened:
+        if opened is None:
+            return None
+        fd, header, page_size, pages, free = opened
+        lock_page = (1 << 30) // page_size + 1
+        plans = []
+        btree = other = 0
+        for first in range(1, pages + 1, batch):
+            count = min(batch, pages + 1 - first)
+            block = os.pread(fd, count * page_size, (first - 1) * page_size)
+            for k in range(count):
+                number = first + k
+                if number == lock_page:
+                    continue
+                page = block[k * page_size:(k + 1) * page_size]
                 if number in free:
                     regions = [(free[number], page_size)]
-                else:
+                elif page[100 if number == 1 else 0] in _BTREE_PAGE_TYPES:
                     regions = _free_regions(page, number, page_size)
                     if regions is None:
                         return None
-                if not all(any(s < r_end and r_start < e for r_start, r_end in regions) for s, e in ranges):
-                    return None  # some hit lies only in a cell: live data, which this must not touch
-                plans.append((number, page, regions))
-            zeroed = pages_written = 0
-            for number, page, regions in plans:
-                changed = 0
-                for r_start, r_end in regions:
-                    if any(page[r_start:r_end]):
-                        changed += r_end - r_start
-                        page[r_start:r_end] = bytes(r_end - r_start)
-                if changed:
-                    kill_point(kill)
-                    os.pwrite(fd, page, (number - 1) * page_size)
-                    zeroed += changed
-                    pages_written += 1
-            if pages_written:
-                counter = _u32(header, 24)
-                os.pwrite(fd, _U32.pack((counter + 1) & 0xFFFFFFFF), 24)
-                if _u32(header, 92) == counter:  # keep the page count in the header valid
-                    os.pwrite(fd, _U32.pack((counter + 1) & 0xFFFFFFFF), 92)
-                os.fsync(fd)
-            return {"pages": len(plans), "pages_written": pages_written, "bytes_zeroed": zeroed}
-        finally:
-            conn.execute("COMMIT")
-    finally:
-        conn.close()
-        if fd >= 0:
-            os.close(fd)  # after the lock is released: closing any descriptor drops this process's POSIX locks
+                    btree += 1
+                else:
+                    other += 1  # an overflow page
+                    continue
+                if any(page.count(0, a, b) != b - a for a, b in regions):
+                    plans.append((number, bytearray(page), regions))
+        written, zeroed = _write_zeroed(fd, header, page_size, plans, kill)
+        return {"pages": pages, "btree_pages": btree, "free_pages": len(free), "overflow_pages": other,
+                "pages_written": written, "bytes_zeroed": zeroed}
 
 
 def is_sqlite(path: str | os.PathLike[str]) -> bool:

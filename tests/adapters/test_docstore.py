@@ -177,10 +177,11 @@ def test_store_lost_mid_saga_is_unverified(tomb, monkeypatch):
 
     from tombstone.errors import StoreUnavailableError
 
-    def failing_reclaim(arts):
+    def failing_reclaim(self, arts):
         raise StoreUnavailableError("docstore write failed: disk I/O error", store="docs")
 
-    monkeypatch.setattr(adapter, "reclaim", failing_reclaim)
+    # the store stays lost: every retry opens the store afresh, and fails the same way
+    monkeypatch.setattr(type(adapter), "reclaim", failing_reclaim)
     receipt, _ = tomb.erase("alice")
     assert {a["status"] for a in receipt["artifacts"]} == {"UNVERIFIED"}
     assert all(a["reason"].startswith("dlq: ") for a in receipt["artifacts"])

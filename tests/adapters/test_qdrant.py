@@ -188,7 +188,7 @@ def test_delete_control_then_reclaim(qtomb, secure_delete):
 
 
 def test_bytes_the_free_space_zeroing_cannot_reach_are_rewritten(qtomb, monkeypatch):
-    """Where the zeroing refuses (here: told that a hit lies in a live cell), the collection is rewritten and
+    """Where the zeroing refuses (here: told the file is in a shape it does not know), the collection is rewritten and
     VACUUMed as before, and the erasure still ends VERIFIED."""
     import tombstone_adapters.qdrant.adapter as qdrant_adapter
 
@@ -197,7 +197,7 @@ def test_bytes_the_free_space_zeroing_cannot_reach_are_rewritten(qtomb, monkeypa
     adapter = qtomb.adapter("qd")
     secure_delete_off(adapter)
     adapter.native_delete([qtomb.lineage.artifact("qd", i) for i in mine])
-    monkeypatch.setattr(qdrant_adapter, "zero_where_found", lambda *a, **k: None)
+    monkeypatch.setattr(qdrant_adapter, "zero_all_free_space", lambda *a, **k: None)
     receipt, _ = qtomb.erase("alice")
     assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
     reclaim = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]

@@ -156,11 +156,12 @@ def test_a_page_that_is_not_a_well_formed_btree_page_is_refused(tmp_path, garbag
     assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
 
 
-def test_an_erasure_zeroes_what_chromas_own_client_left_in_pages_still_in_use_without_a_vacuum(tmp_path):
-    """End to end on embedded Chroma. Control: the records' rows deleted on a ``secure_delete`` connection and
-    the freelist zeroed still leave their bytes in chroma.sqlite3 (cells Chroma's own client freed with
-    ``secure_delete`` off: its flag update during the suppression, its queue); the reclaim then zeroes those
-    pages' free space where it lies, without a VACUUM, and an independent scan finds nothing."""
+def test_an_erasure_zeroes_what_chromas_own_client_left_in_free_space_without_a_vacuum(tmp_path):
+    """End to end on embedded Chroma. Control: Chroma's own client, rewriting alice's documents, leaves the
+    old text in chroma.sqlite3's free space (it runs with ``secure_delete`` off), in pages that hold neither
+    her ids nor her vectors, which no scan pattern names. The erasure zeroes the free space of every page,
+    without a VACUUM: an independent scan then finds neither the old text nor her ids and vectors, and the
+    survivors are intact."""
     import chromadb
 
     from tombstone import Tombstone, init_deployment
@@ -175,25 +176,31 @@ def test_an_erasure_zeroes_what_chromas_own_client_left_in_pages_still_in_use_wi
     chromadb.PersistentClient(path=str(path)).create_collection(
         "docs", metadata={"hnsw:space": "cosine", "hnsw:batch_size": 10, "hnsw:sync_threshold": 20},
         embedding_function=None)
+    old = [f"alice's first note {i}: card ending 4242-{i:04d}".encode() for i in range(40)]
     with Tombstone(config) as tomb:
         col = TombstoneCollection(chromadb.PersistentClient(path=str(path)).get_collection("docs"),
                                   lineage=tomb.lineage, store="vectors", embedder=HashingEmbedder(64))
         for subject, n in (("alice", 40), ("bob", 160)):
             ids = [f"{subject}-chunk-{i:04d}" for i in range(n)]
-            col.add(ids=ids, documents=[f"{subject} note {i} " + "lorem ipsum " * 20 for i in range(n)],
-                    metadatas=[{"n": i} for i in range(n)], subject=subject)
+            docs = [t.decode() for t in old] if subject == "alice" else [f"bob note {i} " + "lorem " * 20
+                                                                            for i in range(n)]
+            col.add(ids=ids, documents=docs, metadatas=[{"n": i} for i in range(n)], subject=subject)
         mine = [f"alice-chunk-{i:04d}" for i in range(40)]
-        arts = [tomb.lineage.artifact("vectors", i) for i in mine]
+        col.update(ids=mine, documents=[f"alice's note {i}, rewritten" for i in range(40)], subject="alice")
         db = path / "chroma.sqlite3"
-        assert all(offsets(db, aid.encode()) for aid in mine)  # control: the scan sees the ids before
+        conn = sqlite3.connect(db)
+        assert not conn.execute("SELECT count(*) FROM embedding_metadata WHERE string_value LIKE '%4242-%'").fetchone()[0]
+        conn.close()
+        assert any(offsets(db, t) for t in old), "control: the rewrite left the old text in free space"
+        arts = [tomb.lineage.artifact("vectors", i) for i in mine]
         survivors = chromadb.PersistentClient(path=str(path)).get_collection("docs").get(
             ids=[f"bob-chunk-{i:04d}" for i in range(160)], include=["documents", "metadatas"])
         receipt, _ = tomb.erase("alice")
         assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
         evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
-        assert evidence["mechanism"] == "in-place"
-        assert evidence["residue_after_in_place"] > 0  # control: row deletes and the freelist were not enough
-        assert evidence["free_space_zeroed"]["chroma.sqlite3"]["pages_written"] > 0 and "vacuum" not in evidence
+        assert evidence["mechanism"] == "in-place" and "vacuum" not in evidence
+        assert evidence["free_space_zeroed"]["pages_written"] > 0
+    assert not any(offsets(db, t) for t in old)
     for art in arts:
         patterns = [art.artifact_id.encode(), fingerprint_bytes(art.fingerprint),
                     fingerprint_bytes(normalised_fingerprint(art.fingerprint, art.inv_norm))]
@@ -206,3 +213,20 @@ def test_an_erasure_zeroes_what_chromas_own_client_left_in_pages_still_in_use_wi
         ids=[f"bob-chunk-{i:04d}" for i in range(160)], include=["documents", "metadatas"])
     assert again["ids"] == survivors["ids"] and again["documents"] == survivors["documents"]
     assert again["metadatas"] == survivors["metadatas"]
+
+
+def test_every_pages_free_space_is_zeroed_and_the_file_reads_the_same(tmp_path):
+    """``zero_all_free_space`` on a file a client with ``secure_delete`` off deleted and rewrote rows in:
+    every deleted row's bytes go (in pages still in use and on the freelist), every live row stays, and a
+    second pass finds nothing left to write."""
+    db = table_file(tmp_path / "t.sqlite3", rows=2000)
+    erased = list(range(300, 1300)) + [5, 1999]
+    delete_without_secure_delete(db, erased)
+    before = rows(db)
+    left = [i for i in erased if offsets(db, marker(i))]
+    assert len(left) > 500, len(left)  # control: the deletes left most of the rows' bytes
+    first = inplace.zero_all_free_space(db)
+    assert first["pages_written"] > 0 and first["free_pages"] > 0
+    assert not any(offsets(db, marker(i)) for i in erased)
+    assert rows(db) == before
+    assert inplace.zero_all_free_space(db)["pages_written"] == 0
