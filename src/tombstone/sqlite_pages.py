@@ -2,9 +2,10 @@
 
 A store whose SQLite connection runs with ``secure_delete`` off leaves a deleted or rewritten row's bytes in
 its page: in the page's free space while the page holds other rows, on the freelist once it holds none.
-Deleting more rows cannot reach them, and a VACUUM, which can, rewrites the whole file. This clears only the
-pages where the bytes were found, and only their free space, parsing the page layout SQLite documents (the
-database file format: page header, cell pointer array, freeblock list, freelist trunk and leaf pages).
+Deleting more rows cannot reach them, and a VACUUM, which can, rewrites the whole file. This zeroes free space
+where it lies, in given pages (``zero_freed_space``) or in every page (``zero_all_free_space``), writing only
+pages whose free space holds anything, parsing the page layout SQLite documents (the database file format:
+page header, cell pointer array, freeblock list, freelist trunk and leaf pages).
 """
 
 from __future__ import annotations
@@ -246,30 +247,3 @@ def where_found(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, 
     report = scan_files(files, patterns, root=root)
     return {key: [(hit.file, hit.offset, len(patterns[key])) for hit in found]
             for key, found in report.hits.items() if found}
-
-
-def zero_found(found: Mapping[str, list[tuple[str, int, int]]], *, root: str | os.PathLike[str], kill: str
-               ) -> dict[str, dict[str, int]] | None:
-    """Zero the free space of every SQLite page that a ``where_found`` hit lies in (``zero_freed_space``), file
-    by file. Returns the counts per file (by its path under ``root``), or None when a hit lies in a file that
-    is not a SQLite database, or a file refuses (a hit in a live cell, a layout this does not know): the
-    caller then needs a rewrite. A file zeroed before the refusal stays so (its free space only)."""
-    by_file: dict[str, list[tuple[int, int]]] = {}
-    for hits in found.values():
-        for file, offset, length in hits:
-            by_file.setdefault(file, []).append((offset, length))
-    if not by_file or not all(is_sqlite(file) for file in by_file):
-        return None
-    done = {}
-    for file, hits in sorted(by_file.items()):
-        counts = zero_freed_space(Path(file), hits, kill=kill)
-        if counts is None:
-            return None
-        done[os.path.relpath(file, root)] = counts
-    return done
-
-
-def zero_where_found(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, bytes], *,
-                     root: str | os.PathLike[str], kill: str) -> dict[str, dict[str, int]] | None:
-    """``where_found`` then ``zero_found``."""
-    return zero_found(where_found(files, patterns, root=root), root=root, kill=kill)
