@@ -299,7 +299,6 @@ class ChromaAdapter(ChromaHooks, Adapter):
         try:
             conn.execute("PRAGMA secure_delete=ON")
             merged = inplace.merge_fulltext(conn)
-            free_pages = inplace.zero_free_pages(conn)
             checkpoint = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
@@ -318,13 +317,13 @@ class ChromaAdapter(ChromaHooks, Adapter):
                       " secure_delete connection",
                       "mark their HNSW slots deleted, zero their vectors and every deleted slot's, drop their ids"
                       " from index_metadata.pickle",
-                      "merge the full-text index", "zero chroma.sqlite3's free pages",
+                      "merge the full-text index",
                       "zero the free space of every page of chroma.sqlite3 (what Chroma's own deletes and rewrites,"
                       " with secure_delete off, left there)",
                       "reload the collection from its files (a new epoch token for the wrappers)",
                       "zero HNSW slots past cur_element_count"],
             "rows_deleted": rows, "hnsw": slots, "fulltext_merged": merged,
-            "free_pages_zeroed": free_pages, "free_space_zeroed": free_space,
+            "free_space_zeroed": free_space,
             "wal_checkpoint_busy": bool(checkpoint and checkpoint[0]), "hnsw_tail_bytes_zeroed": zeroed,
             "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",
         }

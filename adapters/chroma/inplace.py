@@ -213,26 +213,3 @@ def merge_fulltext(conn: sqlite3.Connection) -> bool:
         return False
     conn.execute("INSERT INTO embedding_fulltext_search(embedding_fulltext_search) VALUES ('optimize')")
     return True
-
-
-def zero_free_pages(conn: sqlite3.Connection) -> int:
-    """Overwrite every page on the SQLite file's freelist with zeros, through SQLite: a blob of zeros large
-    enough to take every free page is inserted into a scratch table, which is then dropped (its pages go back
-    to the freelist, zero). Chroma's own deletes run with ``secure_delete`` off, so the pages its queue purges
-    free keep the rows they held (the vector, the document); a VACUUM would clear them too, but rewrites the
-    whole file. Returns how many pages were free."""
-    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-    if not free:
-        return 0
-    usable = conn.execute("PRAGMA page_size").fetchone()[0] - 4  # an overflow page keeps 4 bytes for the link
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("CREATE TABLE tombstone_zero_fill (b BLOB)")
-        conn.execute("INSERT INTO tombstone_zero_fill VALUES (zeroblob(?))", (free * usable,))
-        conn.execute("DROP TABLE tombstone_zero_fill")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return int(free)
-
