@@ -62,6 +62,22 @@ def result_name(point) -> str | None:
     return value if value is None or isinstance(value, str) else repr(value)
 
 
+class _Deferred:
+    """A connection whose ``with`` block does not commit (``QdrantAdapter._one_transaction`` commits once)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self._conn
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
 class QdrantAdapter(QdrantHooks, Adapter):
     """Options: ``path`` (the local-mode directory) and ``collection``; ``reclaim``: ``in-place`` (default) or
     ``rewrite`` (rewrite the collection and VACUUM on every erasure)."""
@@ -138,7 +154,8 @@ class QdrantAdapter(QdrantHooks, Adapter):
     def suppress(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         present = self._present(artifacts)
         if present:
-            self.client.set_payload(self.name, payload={SUPPRESSED: True}, points=present)
+            with self._one_transaction():
+                self.client.set_payload(self.name, payload={SUPPRESSED: True}, points=present)
         return {"mechanism": f"payload {SUPPRESSED}=true + must_not filter + post-filter on every wrapper read path",
                 "points_flagged": len(present)}
 
@@ -155,6 +172,32 @@ class QdrantAdapter(QdrantHooks, Adapter):
         coll = getattr(local, "collections", {}).get(collection)
         storage = getattr(coll, "storage", None)
         return getattr(storage, "storage", None)
+
+    @contextlib.contextmanager
+    def _one_transaction(self) -> Any:
+        """Local mode commits every point it writes on its own: a journal written and synced per point, most
+        of what flagging or deleting a batch's ten thousand points costs. Inside this block the collection's
+        connection commits once, at the end. If anything fails, nothing of the block is committed, and the
+        client is closed so that the next use loads the collection from what its file holds (memory would
+        otherwise keep changes the file does not)."""
+        local = getattr(self.client, "_client", None)
+        storage = getattr(getattr(local, "collections", {}).get(self.name), "storage", None)
+        conn = getattr(storage, "storage", None)
+        if not isinstance(conn, sqlite3.Connection) or conn.in_transaction:
+            yield
+            return
+        storage.storage = _Deferred(conn)
+        try:
+            yield
+            conn.commit()
+        except BaseException:
+            try:
+                conn.rollback()
+            finally:
+                self.client.close()
+            raise
+        finally:
+            storage.storage = conn
 
     def secure_delete_in_force(self) -> bool | None:
         conn = self._storage_connection(self.name)
@@ -173,7 +216,8 @@ class QdrantAdapter(QdrantHooks, Adapter):
         if in_place and conn is not None:
             conn.execute("PRAGMA secure_delete=ON")
         if present:
-            self.client.delete(self.name, points_selector=models.PointIdsList(points=present))
+            with self._one_transaction():
+                self.client.delete(self.name, points_selector=models.PointIdsList(points=present))
         kill_point("reclaim:qdrant:after-delete")
         evidence: dict[str, Any] = {"deleted": len(present), "secure_delete_before": secure_delete,
                                     "secure_delete_at_delete": True if in_place and conn is not None else secure_delete}

@@ -16,6 +16,7 @@ from qdrant_client import models
 
 from tombstone import Tombstone, init_deployment
 from tombstone.capture import HashingEmbedder
+from tombstone.errors import StoreUnavailableError
 from tombstone.lineage.db import fingerprint_bytes
 from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.qdrant import TombstoneQdrant, merge_filter, point_id
@@ -455,3 +456,61 @@ def test_the_logical_probe_searches_only_ids_a_live_point_still_carries(qtomb):
                                                 payload={"tombstone_id": ["other", mine[1]]})])
     listed = adapter.probe_logical(arts, vectors)[mine[1]]
     assert not listed.passed and {"raw.scroll()", "raw.scroll(where id)"} <= set(listed.evidence["returned_by"])
+
+
+def commits(adapter: QdrantAdapter) -> list[str]:
+    """Every COMMIT the collection's connection runs, recorded by SQLite's trace hook."""
+    seen: list[str] = []
+    adapter._storage_connection("chunks").set_trace_callback(
+        lambda sql: seen.append(sql) if sql.strip().upper().startswith("COMMIT") else None)
+    return seen
+
+
+def test_the_flag_and_the_delete_of_many_points_are_one_transaction_each(qtomb):
+    """Local mode commits every point it writes on its own (the control: the app's own set_payload of 6 points
+    commits 6 times); the erasure's flag and delete commit once each, and what they wrote is in the file."""
+    mine = write(qtomb, "alice", 6)
+    write(qtomb, "bob", 3)
+    adapter = qtomb.adapter("qd")
+    arts = [qtomb.lineage.artifact("qd", i) for i in mine]
+    seen = commits(adapter)
+    adapter.client.set_payload("chunks", payload={"x": 1}, points=[point_id(i) for i in mine])
+    assert len(seen) == 6, "the control: one commit per point"
+    seen.clear()
+    adapter.suppress(arts)
+    assert len(seen) == 1
+    assert all(stored(qtomb)[i][0].get("tombstone_suppressed") is True for i in mine), "the flags are in the file"
+    seen.clear()
+    adapter.reclaim(arts)
+    assert len(seen) == 1
+    assert set(stored(qtomb)) == {f"bob-pt-{i:05d}" for i in range(3)}
+
+
+def test_a_flag_that_fails_midway_leaves_nothing_and_the_client_reloads_from_the_file(qtomb):
+    """The third point's write fails: none of the points is flagged in the file, the client that had applied
+    the first two in memory is closed, and a fresh one (what the retry uses) agrees with the file; the retry
+    flags them all."""
+    from qdrant_client.local.persistence import CollectionPersistence
+
+    mine = write(qtomb, "alice", 5)
+    adapter = qtomb.adapter("qd")
+    arts = [qtomb.lineage.artifact("qd", i) for i in mine]
+    real, calls = CollectionPersistence.persist, []
+
+    def failing(self, point):
+        calls.append(point.id)
+        if len(calls) == 3:
+            raise sqlite3.OperationalError("injected: disk I/O error")
+        return real(self, point)
+
+    old = adapter.client
+    with mock.patch.object(CollectionPersistence, "persist", failing), pytest.raises(StoreUnavailableError):
+        adapter.suppress(arts)
+    assert len(calls) == 3, "the control: two points were written and applied before the failure"
+    assert old._client.closed is True
+    assert not any(stored(qtomb)[i][0].get("tombstone_suppressed") for i in mine)
+    fresh = [p.payload for p in adapter.client.retrieve("chunks", ids=[point_id(i) for i in mine])]
+    assert adapter.client is not old and len(fresh) == 5
+    assert not any(p.get("tombstone_suppressed") for p in fresh)
+    adapter.suppress(arts)
+    assert all(stored(qtomb)[i][0].get("tombstone_suppressed") is True for i in mine)

@@ -168,3 +168,28 @@ def test_every_byte_value_is_written_as_its_own_hex_escape_for_the_matcher(tmp_p
     report = scan_files([path], {**pieces, **near})
     assert all([h.offset for h in report.hits[key]] == [4 + int(key[1:])] for key in pieces)
     assert not any(report.hits[key] for key in near)
+
+
+def test_the_same_patterns_again_reuse_the_matcher_and_others_get_their_own(tmp_path, monkeypatch):
+    """A reclaim's scan and the physical probe after it ask for the same patterns: one compile between them.
+    Other patterns (one more, or the same in another order) are compiled for themselves, and each scan finds
+    what it was asked for."""
+    built = []
+    real = scanner._Matcher
+
+    def counting(patterns):
+        built.append(list(patterns))
+        return real(patterns)
+
+    monkeypatch.setattr(scanner, "_Matcher", counting)
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"..alpha..beta..gamma..")
+    first = {"a": b"alpha", "b": b"beta"}
+    assert [len(scan_files([path], first).found(k)) for k in first] == [1, 1]
+    assert [len(scan_files([path], dict(first)).found(k)) for k in first] == [1, 1]
+    assert len(built) == 1
+    more = {**first, "g": b"gamma"}
+    assert [h.offset for h in scan_files([path], more).found("g")] == [15]
+    swapped = {"b": b"beta", "a": b"alpha"}
+    assert [h.offset for h in scan_files([path], swapped).found("a")] == [2]
+    assert len(built) == 3
