@@ -178,3 +178,42 @@ def test_a_receipt_that_cannot_be_written_mid_batch_seals_those_before_it(tmp_pa
         assert run("receipt", "verify", str(root / "receipts" / f"{subject}.json"), "--key", key).exit_code == 0
     with Tombstone.open(root / "tombstone.toml") as tomb:
         assert tomb.lineage.chain_head()[0] == 3 and not tomb.lineage.sagas("running")
+
+
+def test_the_physical_probes_matcher_is_built_while_the_levels_below_run(tmp_path, monkeypatch):
+    """Each store's verification starts building the physical probe's matcher on a thread of its own before the
+    logical probe runs, and the physical probe uses it: after the first logical probe no matcher is built in the
+    erasure's own thread. The statuses are those of the same batch without it."""
+    import threading
+
+    from tombstone.verify import logical, physical, scanner
+
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--subjects", "4", "--erase", "none").exit_code == 0
+    control = tmp_path / "control"
+    shutil.copytree(root, control)
+    subjects = ["user-0001", "user-0002", "user-0003"]
+    with monkeypatch.context() as m:
+        m.delattr(type(physical.STAGE), "prepared")  # the control: no stage prepares anything
+        with Tombstone.open(control / "tombstone.toml") as tomb:
+            expected = [statuses(r) for r, _ in tomb.erase_many(subjects)]
+    events = []
+    real_matcher, real_logical = scanner._Matcher, type(logical.STAGE).run
+
+    def building(patterns):
+        events.append(("build", threading.current_thread().name))
+        return real_matcher(patterns)
+
+    def probing(self, *args, **kwargs):
+        events.append(("logical", threading.current_thread().name))
+        return real_logical(self, *args, **kwargs)
+
+    monkeypatch.setattr(scanner, "_Matcher", building)
+    monkeypatch.setattr(type(logical.STAGE), "run", probing)
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        got = [statuses(r) for r, _ in tomb.erase_many(subjects)]
+    assert got == expected
+    first = events.index(next(e for e in events if e[0] == "logical"))
+    assert ("build", "tombstone-scan-prepare") in events[:first]
+    main = threading.current_thread().name
+    assert ("build", main) not in events[first:], events

@@ -193,3 +193,43 @@ def test_the_same_patterns_again_reuse_the_matcher_and_others_get_their_own(tmp_
     swapped = {"b": b"beta", "a": b"alpha"}
     assert [h.offset for h in scan_files([path], swapped).found("a")] == [2]
     assert len(built) == 3
+
+
+def test_a_prepared_matcher_is_built_on_its_own_thread_and_used_by_the_scan(tmp_path, monkeypatch):
+    """``prepare`` builds the matcher while the caller goes on; the scan of the same patterns waits for it and
+    uses it (no second build). A build that failed there is done again by the scan, in the caller's thread."""
+    import threading
+
+    built = []
+    real = scanner._Matcher
+    release = threading.Event()
+
+    def slow(patterns):
+        built.append(threading.current_thread().name)
+        if threading.current_thread().name == "tombstone-scan-prepare":
+            assert release.wait(10)
+        return real(patterns)
+
+    monkeypatch.setattr(scanner, "_Matcher", slow)
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"..alpha..beta..")
+    patterns = {"a": b"alpha", "b": b"beta"}
+    scanner.prepare(patterns)
+    assert built == ["tombstone-scan-prepare"], "building, and the caller has gone on"
+    release.set()
+    report = scan_files([path], dict(patterns))
+    assert [h.offset for h in report.found("a")] == [2] and [h.offset for h in report.found("b")] == [9]
+    assert len(built) == 1
+
+    def failing(patterns):
+        built.append(threading.current_thread().name)
+        if threading.current_thread().name == "tombstone-scan-prepare":
+            raise RuntimeError("injected")
+        return real(patterns)
+
+    monkeypatch.setattr(scanner, "_Matcher", failing)
+    built.clear()
+    other = {"g": b"..beta"}
+    scanner.prepare(other)
+    assert [h.offset for h in scan_files([path], other).found("g")] == [7]
+    assert built == ["tombstone-scan-prepare", threading.current_thread().name]

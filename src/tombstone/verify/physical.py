@@ -18,8 +18,10 @@ An adapter contributes through hooks on :class:`tombstone.contract.Adapter`:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,7 @@ from tombstone.errors import PhysicalUnsupportedError
 from tombstone.lineage.records import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
 from tombstone.verify.result import ProbeResult
+from tombstone.verify import scanner
 from tombstone.verify.scanner import scan_files
 
 if TYPE_CHECKING:
@@ -78,6 +81,38 @@ def store_root(files: Iterable[Any]) -> str | None:
     return os.path.commonpath(parents) if parents else None
 
 
+def _patterns(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> tuple[dict[str, dict[str, bytes]], dict[str, bytes]]:
+    per_artifact = {art.artifact_id: adapter.physical_patterns(art) for art in artifacts}
+    patterns = {f"{kind}\x00{aid}": pattern for aid, pats in per_artifact.items() for kind, pattern in pats.items()}
+    return per_artifact, patterns
+
+
+_prepared = threading.local()
+
+
+def prepared(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> contextlib.AbstractContextManager[None]:
+    """For the duration of the block (one verification's stages): the physical probe's patterns computed now,
+    and its matcher built on a thread of its own while the levels below run (``scanner.prepare``), for a
+    :func:`probe` of the same adapter and artifacts inside the block. Anything that fails here is left for the
+    probe to meet and report."""
+
+    @contextlib.contextmanager
+    def block():
+        try:
+            if adapter.has(CAPABILITY):
+                per_artifact, patterns = _patterns(adapter, artifacts)
+                _prepared.memo = (adapter, [art.artifact_id for art in artifacts], per_artifact, patterns)
+                scanner.prepare(patterns)
+        except Exception:
+            _prepared.memo = None
+        try:
+            yield
+        finally:
+            _prepared.memo = None
+
+    return block()
+
+
 def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
     """Scan every file of ``adapter``'s store once for all patterns of all ``artifacts``.
 
@@ -86,8 +121,12 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
     """
     if not adapter.has(CAPABILITY):
         raise PhysicalUnsupportedError(STAGE.unsupported(adapter), store=adapter.store)
-    per_artifact = {art.artifact_id: adapter.physical_patterns(art) for art in artifacts}
-    patterns = {f"{kind}\x00{aid}": pattern for aid, pats in per_artifact.items() for kind, pattern in pats.items()}
+    memo = getattr(_prepared, "memo", None)
+    ids = [art.artifact_id for art in artifacts]
+    if memo is not None and memo[0] is adapter and memo[1] == ids:
+        per_artifact, patterns = memo[2], memo[3]
+    else:
+        per_artifact, patterns = _patterns(adapter, artifacts)
     with adapter.physical_snapshot() as files:
         labels = {str(path): label for path, label in files.items()}
         report = scan_files(list(files), patterns, root=store_root(files))
@@ -156,6 +195,8 @@ class PhysicalStage:
             return f"managed: {adapter.backend} is a managed service with no access to its persisted bytes"
         return f"{adapter.backend} offers no access to its persisted bytes"
 
+    prepared = staticmethod(prepared)
+
     def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):
         from tombstone.verify.runner import StageOutput
 
@@ -176,4 +217,4 @@ class PhysicalStage:
 
 STAGE = PhysicalStage()
 
-__all__ = ["ExtraFinding", "STAGE", "attribute", "default_patterns", "fingerprint_scannable", "probe"]
+__all__ = ["ExtraFinding", "STAGE", "attribute", "default_patterns", "fingerprint_scannable", "prepared", "probe"]

@@ -17,6 +17,7 @@ for them to be recorded as not run (the auditor, who must report what it could n
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ class Stage(Protocol):
     def unsupported(self, adapter: Any) -> str: ...
 
     def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]) -> StageOutput: ...
+
+    # Optional: ``prepared(adapter, artifacts)``, a context manager entered before the first stage runs and
+    # left after the last, for work a stage can do while the stages below it run.
 
 
 @dataclass
@@ -116,6 +120,17 @@ def run(ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord]) -
         for verdict in verdicts.values():
             verdict.reported[level] = verdict.decided[level] = NotRun(level, why, ceiling)
 
+    # A stage may get ready while the stages below it run (the physical one builds its matcher)
+    with contextlib.ExitStack() as ready:
+        for stage in stages():
+            if stage.level in ctx.enabled and hasattr(stage, "prepared"):
+                ready.enter_context(stage.prepared(adapter, artifacts))
+        _run_stages(ctx, adapter, artifacts, verdicts, skip)
+    return verdicts
+
+
+def _run_stages(ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord], verdicts: dict[str, Verdict],
+                skip: Callable[..., None]) -> None:
     for stage in stages():
         level = stage.level
         if level not in ctx.enabled:
@@ -144,7 +159,6 @@ def run(ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord]) -
             verdict.reported[level] = reported
             verdict.decided[level] = out.decided.get(aid, reported)
             verdict.findings.update(out.findings.get(aid, {}))
-    return verdicts
 
 
 def probe_record(outcome: Outcome) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import os
 import stat
 import threading
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -191,28 +191,74 @@ class _Matcher:
         return found
 
 
-_last: tuple[tuple, _Matcher] | None = None
+def _by_bytes(patterns: Mapping[str, bytes]) -> dict[bytes, list[str]]:
+    """The keys of each distinct pattern, in the order the patterns come."""
+    by_bytes: dict[bytes, list[str]] = {}
+    for key, pattern in patterns.items():
+        if not pattern:
+            raise ValueError(f"empty pattern for {key!r}")
+        by_bytes.setdefault(bytes(pattern), []).append(key)
+    return by_bytes
+
+
+_last: tuple[tuple, _Matcher | Future] | None = None
 _last_lock = threading.Lock()
 
 
-def _matcher(patterns: list[bytes]) -> _Matcher:
-    """A matcher for ``patterns``: the one built last when it was built for the same patterns in the same order
-    (a reclaim that scans the files and the physical probe after it ask for the same ones; compiling ten
-    thousand artifacts' patterns takes about a second), else a new one."""
-    global _last
+def _key(patterns: list[bytes]) -> tuple:
     try:
-        import hyperscan  # noqa: F401
-        engine = "hyperscan"
-    except ImportError:
-        engine = "aho-corasick"
-    key = (engine, WINDOW, tuple(patterns))
+        import hyperscan
+    except ImportError:  # no wheel for this platform
+        hyperscan = None
+    return ("aho-corasick" if hyperscan is None else "hyperscan", WINDOW, tuple(patterns))
+
+
+def _matcher(patterns: list[bytes]) -> _Matcher:
+    """A matcher for ``patterns``: the one built last (or being built: :func:`prepare`) when it was for the same
+    patterns in the same order, else a new one. A reclaim that scans the files and the physical probe after it
+    ask for the same patterns; compiling ten thousand artifacts' patterns takes about a second."""
+    global _last
+    key = _key(patterns)
     with _last_lock:
-        if _last is not None and _last[0] == key:
-            return _last[1]
+        last = _last[1] if _last is not None and _last[0] == key else None
+    if isinstance(last, Future):
+        try:
+            last = last.result()
+        except Exception:  # built again here, where its error (if it recurs) reaches the caller
+            last = None
+    if last is not None:
+        return last
     built = _Matcher(patterns)
     with _last_lock:
         _last = (key, built)
     return built
+
+
+def prepare(patterns: Mapping[str, bytes]) -> None:
+    """Start building the matcher for ``patterns`` on a thread of its own, for a :func:`scan_files` of the same
+    patterns that comes later: the build (hyperscan's compile, which lets go of the GIL) runs while the caller
+    does other work. The scan waits for it if it is not done by then."""
+    global _last
+    try:
+        distinct = list(_by_bytes(patterns))
+    except ValueError:
+        return  # the scan itself reports it
+    if not distinct:
+        return
+    key = _key(distinct)
+    future: Future = Future()
+    with _last_lock:
+        if _last is not None and _last[0] == key:
+            return
+        _last = (key, future)
+
+    def build() -> None:
+        try:
+            future.set_result(_Matcher(distinct))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=build, name="tombstone-scan-prepare", daemon=True).start()
 
 
 WINDOW = 32
@@ -248,11 +294,7 @@ def scan_files(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, b
     pattern's length minus one; a match belongs to the part it starts in, so none is reported twice.
     """
     report = ScanReport(hits={key: [] for key in patterns})
-    by_bytes: dict[bytes, list[str]] = {}
-    for key, pattern in patterns.items():
-        if not pattern:
-            raise ValueError(f"empty pattern for {key!r}")
-        by_bytes.setdefault(bytes(pattern), []).append(key)
+    by_bytes = _by_bytes(patterns)
     distinct = list(by_bytes)
     if not distinct:
         return report
