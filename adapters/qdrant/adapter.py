@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,11 @@ _LISTING_PAGE = 50_000
 
 def pickled_floats(values: Sequence[float]) -> bytes:
     """How pickle writes a list of floats: one BINFLOAT opcode (``G`` + big-endian float64) each."""
-    return b"".join(b"G" + struct.pack(">d", float(x)) for x in values)
+    floats = np.asarray(values, dtype=">f8")
+    out = np.empty((len(floats), 9), dtype=np.uint8)
+    out[:, 0] = ord("G")
+    out[:, 1:] = floats.view(np.uint8).reshape(-1, 8)
+    return out.tobytes()
 
 
 def carried_ids(point) -> set[str]:

@@ -514,3 +514,11 @@ def test_a_flag_that_fails_midway_leaves_nothing_and_the_client_reloads_from_the
     assert not any(p.get("tombstone_suppressed") for p in fresh)
     adapter.suppress(arts)
     assert all(stored(qtomb)[i][0].get("tombstone_suppressed") is True for i in mine)
+
+
+def test_pickled_floats_is_how_pickle_writes_a_list_of_floats():
+    values = [0.0, -0.0, 1.5, -2.25e-310, 3.4028234663852886e38, 1 / 3, float(np.float32(0.1))]
+    written = pickle.dumps(values, protocol=4)
+    assert pickled_floats(values) in written
+    assert pickled_floats(np.asarray(values, dtype=np.float32)) == pickled_floats(
+        [float(v) for v in np.asarray(values, dtype=np.float32)])

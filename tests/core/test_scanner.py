@@ -233,3 +233,36 @@ def test_a_prepared_matcher_is_built_on_its_own_thread_and_used_by_the_scan(tmp_
     scanner.prepare(other)
     assert [h.offset for h in scan_files([path], other).found("g")] == [7]
     assert built == ["tombstone-scan-prepare", threading.current_thread().name]
+
+
+def test_patterns_are_reused_only_for_the_very_same_records_and_forgotten_after_the_verification():
+    import dataclasses
+
+    from tombstone.lineage.records import ArtifactRecord
+    from tombstone.verify import physical
+
+    class Stub:
+        calls = 0
+
+        def has(self, _capability):
+            return True
+
+        def physical_patterns(self, art):
+            Stub.calls += 1
+            return physical.default_patterns(art)
+
+    adapter = Stub()
+    arts = [ArtifactRecord("s", f"a{i}", "toy", "vector", fingerprint=tuple(float(i + k) for k in range(8)))
+            for i in range(3)]
+    first = physical._patterns(adapter, arts)
+    assert physical._patterns(adapter, list(arts)) is not None and Stub.calls == 3, "the same records: reused"
+    changed = [dataclasses.replace(arts[0], fingerprint=tuple(9.0 for _ in range(8))), *arts[1:]]
+    second = physical._patterns(adapter, changed)
+    assert Stub.calls == 6 and second[1]["content\x00a0"] != first[1]["content\x00a0"], "equal ids, other records"
+    physical._patterns(Stub(), changed)
+    assert Stub.calls == 9, "another adapter"
+    with physical.prepared(adapter, arts):
+        assert Stub.calls == 12
+        physical._patterns(adapter, arts)
+        assert Stub.calls == 12
+    assert physical._last.patterns is None, "nothing of the artifacts is kept past their verification"

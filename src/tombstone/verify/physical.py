@@ -82,12 +82,20 @@ def store_root(files: Iterable[Any]) -> str | None:
 
 
 def _patterns(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> tuple[dict[str, dict[str, bytes]], dict[str, bytes]]:
+    """Each artifact's patterns, and all of them keyed for the scan. Kept for the next call in this thread with
+    the same adapter and the very same records (a reclaim that scans, then the verification's stages), until
+    the verification ends (:func:`prepared`): records are frozen, so the same objects give the same patterns."""
+    memo = getattr(_last, "patterns", None)
+    if (memo is not None and memo[0] is adapter and len(memo[1]) == len(artifacts)
+            and all(a is b for a, b in zip(memo[1], artifacts))):
+        return memo[2], memo[3]
     per_artifact = {art.artifact_id: adapter.physical_patterns(art) for art in artifacts}
     patterns = {f"{kind}\x00{aid}": pattern for aid, pats in per_artifact.items() for kind, pattern in pats.items()}
+    _last.patterns = (adapter, list(artifacts), per_artifact, patterns)
     return per_artifact, patterns
 
 
-_prepared = threading.local()
+_last = threading.local()
 
 
 def prepared(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> contextlib.AbstractContextManager[None]:
@@ -100,15 +108,13 @@ def prepared(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> contextlib.Ab
     def block():
         try:
             if adapter.has(CAPABILITY):
-                per_artifact, patterns = _patterns(adapter, artifacts)
-                _prepared.memo = (adapter, [art.artifact_id for art in artifacts], per_artifact, patterns)
-                scanner.prepare(patterns)
+                scanner.prepare(_patterns(adapter, artifacts)[1])
         except Exception:
-            _prepared.memo = None
+            pass
         try:
             yield
         finally:
-            _prepared.memo = None
+            _last.patterns = None  # the erased artifacts' fingerprints are not kept past their verification
 
     return block()
 
@@ -121,12 +127,7 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
     """
     if not adapter.has(CAPABILITY):
         raise PhysicalUnsupportedError(STAGE.unsupported(adapter), store=adapter.store)
-    memo = getattr(_prepared, "memo", None)
-    ids = [art.artifact_id for art in artifacts]
-    if memo is not None and memo[0] is adapter and memo[1] == ids:
-        per_artifact, patterns = memo[2], memo[3]
-    else:
-        per_artifact, patterns = _patterns(adapter, artifacts)
+    per_artifact, patterns = _patterns(adapter, artifacts)
     with adapter.physical_snapshot() as files:
         labels = {str(path): label for path, label in files.items()}
         report = scan_files(list(files), patterns, root=store_root(files))
