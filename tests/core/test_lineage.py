@@ -122,3 +122,37 @@ def test_suppressed_among_answers_is_suppressed_for_many_ids(tmp_path):
     assert ids[1] not in got and db.suppressed_among("t", ids) == {ids[1]}
     assert db.suppressed_among("s", []) == set()
     db.close()
+
+
+def test_the_bulk_lookups_give_what_the_single_ones_give(tmp_path):
+    """``lineage_gaps`` and ``live_sharing_content_many`` (the verify step's, for thousands of artifacts) give,
+    artifact by artifact, what ``lineage_gap`` and ``live_sharing_content`` give: over gaps of every kind (a
+    source the db does not know, an edge to an artifact it does not know, a derived kind with no source, two
+    unknown sources), shared content within the subject and across subjects, and a shared copy no longer live."""
+    from tombstone.lineage.db import DERIVED_KINDS
+
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
+    derived_kind = sorted(DERIVED_KINDS)[0]
+    db.record_artifacts("alice", [art(f"a{i}", content_hash=f"{i % 3:064d}") for i in range(6)]
+                        + [ArtifactRecord("cache", "orphan", "docstore", derived_kind),
+                           ArtifactRecord("cache", "built", "docstore", derived_kind)],
+                        edges=[("s", "a0", "cache", "built", "cached_from"), ("s", "a1", "cache", "gone", "cached_from"),
+                               ("s", "never", "s", "a2", "copied_from"), ("s", "zz-never", "s", "a2", "copied_from"),
+                               ("s", "aa-never", "s", "a3", "copied_from")])
+    db.record_artifacts("bob", [art("b0", content_hash=f"{0:064d}"), art("b1", content_hash=f"{1:064d}"),
+                                art("b9", content_hash=f"{9:064d}")])
+    db.set_state([db.artifact("s", "b1")], "decided")
+    arts = [db.artifact(s, i) for s, i in [("s", f"a{n}") for n in range(6)] + [("cache", "orphan"), ("cache", "built"),
+                                                                                  ("s", "b0"), ("s", "b9")]]
+    gaps = db.lineage_gaps(arts)
+    assert gaps == {(a.store, a.artifact_id): db.lineage_gap(a) for a in arts}
+    assert gaps[("s", "a1")] and gaps[("s", "a2")] and gaps[("cache", "orphan")] and gaps[("s", "a3")], "the control"
+    assert gaps[("s", "a2")] == "derived (copied_from) from s/never, which the lineage db does not know"
+    assert gaps[("s", "a0")] is None and gaps[("cache", "built")] is None
+    sharing = db.live_sharing_content_many(arts)
+    for a in arts:
+        assert sorted(o.artifact_id for o in sharing[(a.store, a.artifact_id)]) == sorted(
+            o.artifact_id for o in db.live_sharing_content(a))
+    assert [o.artifact_id for o in sharing[("s", "a0")]] == ["b0"] and sharing[("s", "a1")] == [], "b1 is not live"
+    assert sorted(o.artifact_id for o in sharing[("s", "b0")]) == ["a0", "a3"]
+    db.close()

@@ -79,6 +79,20 @@ PROBE_READ_HOOKS: list[Callable[[], object]] = []
 queued probe vectors here (the lineage db knows nothing of capture)."""
 
 
+def _by_store(keys: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """(store, id) pairs as each store's distinct ids."""
+    out: dict[str, list[str]] = {}
+    for store, artifact_id in keys:
+        out.setdefault(store, []).append(artifact_id)
+    return {store: list(dict.fromkeys(ids)) for store, ids in out.items()}
+
+
+def _parts(values: list, size: int = 500) -> Iterator[list]:
+    """``values`` in slices of at most ``size``: the parameters of one ``IN (...)`` each."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
 def _before_probe_reads() -> None:
     for hook in PROBE_READ_HOOKS:
         hook()
@@ -407,10 +421,10 @@ class LineageDB:
     def edges_of(self, artifact: ArtifactRecord) -> dict[str, list[tuple[str, str, str]]]:
         """Incoming (``sources``) and outgoing (``derived``) edges as (store, id, relation)."""
         key = (artifact.store, artifact.artifact_id)
-        sources = self._conn.execute(
-            "SELECT src_store, src_id, relation FROM edges WHERE dst_store = ? AND dst_id = ?", key).fetchall()
-        derived = self._conn.execute(
-            "SELECT dst_store, dst_id, relation FROM edges WHERE src_store = ? AND src_id = ?", key).fetchall()
+        sources = self._conn.execute("SELECT src_store, src_id, relation FROM edges WHERE dst_store = ? AND dst_id = ?"
+                                     " ORDER BY src_store, src_id", key).fetchall()
+        derived = self._conn.execute("SELECT dst_store, dst_id, relation FROM edges WHERE src_store = ? AND src_id = ?"
+                                     " ORDER BY dst_store, dst_id", key).fetchall()
         return {"sources": [tuple(r) for r in sources], "derived": [tuple(r) for r in derived]}
 
     def lineage_gap(self, artifact: ArtifactRecord) -> str | None:
@@ -426,6 +440,44 @@ class LineageDB:
         if artifact.kind in DERIVED_KINDS and not edges["sources"]:
             return f"a {artifact.kind} with no recorded source"
         return None
+
+    def lineage_gaps(self, artifacts: Iterable[ArtifactRecord]) -> dict[tuple[str, str], str | None]:
+        """:meth:`lineage_gap` of each artifact, keyed by (store, id), in a few queries for many artifacts."""
+        arts = list(artifacts)
+        sources: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        derived: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        for store, ids in _by_store((a.store, a.artifact_id) for a in arts).items():
+            for part in _parts(ids):
+                marks = ",".join("?" * len(part))
+                for src_store, src_id, relation, dst_id in self._conn.execute(
+                        f"SELECT src_store, src_id, relation, dst_id FROM edges WHERE dst_store = ?"
+                        f" AND dst_id IN ({marks})", (store, *part)):
+                    sources.setdefault((store, dst_id), []).append((src_store, src_id, relation))
+                for dst_store, dst_id, relation, src_id in self._conn.execute(
+                        f"SELECT dst_store, dst_id, relation, src_id FROM edges WHERE src_store = ?"
+                        f" AND src_id IN ({marks})", (store, *part)):
+                    derived.setdefault((store, src_id), []).append((dst_store, dst_id, relation))
+        ends = {(s, a) for rows in sources.values() for s, a, _ in rows} | {
+            (s, a) for rows in derived.values() for s, a, _ in rows}
+        known = set()
+        for store, ids in _by_store(sorted(ends)).items():
+            for part in _parts(ids):
+                known.update((store, row[0]) for row in self._conn.execute(
+                    f"SELECT artifact_id FROM artifacts WHERE store = ? AND artifact_id IN ({','.join('?' * len(part))})",
+                    (store, *part)))
+        out: dict[tuple[str, str], str | None] = {}
+        for art in arts:
+            key = (art.store, art.artifact_id)
+            ins = sorted(sources.get(key, []))  # in the order lineage_gap meets them
+            gap = next((f"derived ({r}) from {s}/{a}, which the lineage db does not know"
+                        for s, a, r in ins if (s, a) not in known), None)
+            if gap is None:
+                gap = next((f"edge ({r}) to {s}/{a}, which the lineage db does not know"
+                            for s, a, r in sorted(derived.get(key, [])) if (s, a) not in known), None)
+            if gap is None and art.kind in DERIVED_KINDS and not ins:
+                gap = f"a {art.kind} with no recorded source"
+            out[key] = gap
+        return out
 
     def record_third_party(self, subject: str, src_store: str, src_id: str, recipient: str, *,
                            sent_at: str | None = None, note: str = "") -> ArtifactRecord:
@@ -499,6 +551,19 @@ class LineageDB:
             (artifact.content_hash, artifact.subject_key),
         )
         return [self._artifact(row) for row in rows]
+
+    def live_sharing_content_many(self, artifacts: Iterable[ArtifactRecord]) -> dict[tuple[str, str], list[ArtifactRecord]]:
+        """:meth:`live_sharing_content` of each artifact, keyed by (store, id), in a few queries for many."""
+        arts = list(artifacts)
+        hashes = list(dict.fromkeys(a.content_hash for a in arts if a.content_hash is not None))
+        live: dict[str, list[ArtifactRecord]] = {}
+        for part in _parts(hashes):
+            for row in self._conn.execute(
+                    f"SELECT * FROM artifacts WHERE content_hash IN ({','.join('?' * len(part))}) AND state = 'live'",
+                    part):
+                live.setdefault(row["content_hash"], []).append(self._artifact(row))
+        return {(a.store, a.artifact_id): [o for o in live.get(a.content_hash, []) if o.subject_key != a.subject_key]
+                if a.content_hash is not None else [] for a in arts}
 
     def record_probes(self, probes: Iterable[tuple[str, str, str, np.ndarray]]) -> int:
         """Record (store, artifact id, sha256 of the probe query, vector) rows of artifacts that are still live

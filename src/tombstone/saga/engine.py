@@ -380,7 +380,8 @@ class Saga:
             return {"skipped": f"{adapter.backend} has no reclaim recipe"}
         # Evidence only (counts move; decisions rest on the id): how many live artifacts of other
         # subjects share each erased artifact's content before anything is reclaimed.
-        duplicates = {a.artifact_id: n for a in arts if (n := len(self.lineage.live_sharing_content(a)))}
+        sharing = self.lineage.live_sharing_content_many(arts)
+        duplicates = {a.artifact_id: n for a in arts if (n := len(sharing[(a.store, a.artifact_id)]))}
         try:
             evidence = self._retrying(store, "reclaim", len(arts), lambda: self._locked(store, lambda a: a.reclaim(arts)))
         except ReclaimUnavailableError as exc:
@@ -401,6 +402,7 @@ class Saga:
                                                    lambda: self._locked(store, lambda _: action()), reopen=False),
                 probe_vectors=self.lineage.probe_vectors,
                 live_sharing_content=self.lineage.live_sharing_content,
+                live_sharing_content_many=self.lineage.live_sharing_content_many,
                 semantic_snapshots=self.lineage.semantic_snapshots,
                 model_snapshots=self.lineage.model_snapshots,
                 enabled=self.ctx.levels,
@@ -413,13 +415,14 @@ class Saga:
         decided: dict[str, Any] = {}
         verified = []
         suppressed_ids = self.lineage.suppressed_among(store, [a.artifact_id for a in arts])
+        gaps = self.lineage.lineage_gaps(arts)
         for art in arts:
             verdict = verdicts.get(art.artifact_id) or runner.Verdict(runner.not_run(why), runner.not_run(why))
             third = self.lineage.third_party(art.artifact_id) if store == THIRD_PARTY_STORE else None
             findings = verdict.findings_for(
                 art.artifact_id,
                 scope_violation=None if (art.store, art.artifact_id) in self.scope else "not in the saga's plan",
-                lineage_gap=self.lineage.lineage_gap(art),
+                lineage_gap=gaps[(art.store, art.artifact_id)],
                 third_party=(f"{third['recipient']} received a copy ({third['sent_at']})"
                              f"{': ' + third['note'] if third['note'] else ''}") if third else None,
                 suppressed=art.artifact_id in suppressed_ids,

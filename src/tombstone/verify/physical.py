@@ -204,6 +204,11 @@ class PhysicalStage:
         results = ctx.call(lambda: adapter.probe_physical(artifacts))
         out = StageOutput(outcomes=dict(results))
         sharing_of: Callable[[ArtifactRecord], Sequence[ArtifactRecord]] | None = ctx.live_sharing_content
+        if ctx.live_sharing_content_many is not None:
+            # one lookup for every artifact whose id is gone (the only ones the decision asks about)
+            asked = [art for art in artifacts if (r := results.get(art.artifact_id)) is not None and not r.id_found]
+            sharing = ctx.live_sharing_content_many(asked)
+            sharing_of = lambda art: sharing[(art.store, art.artifact_id)]  # noqa: E731
         if sharing_of is not None:
             for art in artifacts:
                 result = results.get(art.artifact_id)

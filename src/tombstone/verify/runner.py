@@ -67,6 +67,8 @@ class VerifyContext:
     """The fragment probe vectors captured at write time, when the verifier has the lineage db."""
     live_sharing_content: Callable[[ArtifactRecord], Sequence[ArtifactRecord]] | None = None
     """Live artifacts of other subjects with the same content (the duplicate-content decision)."""
+    live_sharing_content_many: Callable[[Sequence[ArtifactRecord]], Mapping[tuple[str, str], Sequence[ArtifactRecord]]] | None = None
+    """The same for many artifacts at once, keyed by (store, id); used instead where given."""
     semantic_snapshots: Callable[[str, Sequence[str]], Mapping[str, tuple[dict[str, Any], bytes]]] | None = None
     """``(store, artifact ids) -> {id: (meta, vectors)}``: what the saga's snapshot step measured of each
     artifact's neighbourhood before suppression (the semantic level); None for a verifier without one."""
