@@ -156,3 +156,24 @@ def test_the_bulk_lookups_give_what_the_single_ones_give(tmp_path):
     assert [o.artifact_id for o in sharing[("s", "a0")]] == ["b0"] and sharing[("s", "a1")] == [], "b1 is not live"
     assert sorted(o.artifact_id for o in sharing[("s", "b0")]) == ["a0", "a3"]
     db.close()
+
+
+def test_probe_vectors_for_many_artifacts_are_each_ones_own_in_order(tmp_path):
+    import numpy as np
+
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
+    db.record_artifacts("alice", [art(f"a{i}") for i in range(3)]
+                        + [ArtifactRecord("t", "a0", "docstore", "document")])
+    rng = np.random.default_rng(3)
+    rows = [(store, aid, f"{q:064x}", rng.standard_normal(4).astype(np.float32))
+            for store, aid in [("s", "a0"), ("s", "a2"), ("t", "a0")] for q in rng.permutation(3)]
+    assert db.record_probes(rows) == 9
+    arts = [db.artifact("s", "a0"), db.artifact("s", "a1"), db.artifact("s", "a2")]
+    got = db.probe_vectors(arts)
+    assert set(got) == {"a0", "a1", "a2"} and got["a1"] == []
+    for a in arts:
+        expected = db.probes_for(a.store, a.artifact_id)
+        assert [q for q, _ in expected] == sorted(q for q, _ in expected)
+        assert [v.tolist() for v in got[a.artifact_id]] == [v.tolist() for _, v in expected]
+    assert len(got["a0"]) == 3, "the other store's probes of the same id are not these"
+    db.close()

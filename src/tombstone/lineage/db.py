@@ -582,7 +582,17 @@ class LineageDB:
         """Probe vectors of each artifact, keyed by artifact id (after this process's queued probes are
         recorded)."""
         _before_probe_reads()  # once for the batch, not once per artifact
-        return {a.artifact_id: [v for _, v in self._probes(a.store, a.artifact_id)] for a in artifacts}
+        arts = list(artifacts)
+        found: dict[tuple[str, str], list[tuple[str, np.ndarray]]] = {}
+        for store, ids in _by_store((a.store, a.artifact_id) for a in arts).items():
+            for part in _parts(ids):
+                for aid, query, vector in self._conn.execute(
+                        f"SELECT artifact_id, query_sha256, vector FROM probes WHERE store = ?"
+                        f" AND artifact_id IN ({','.join('?' * len(part))})", (store, *part)):
+                    found.setdefault((store, aid), []).append((query, np.frombuffer(vector, dtype="<f4")))
+        # each artifact's in the order _probes gives them (by the query's hash)
+        return {a.artifact_id: [v for _, v in sorted(found.get((a.store, a.artifact_id), []), key=lambda p: p[0])]
+                for a in arts}
 
     def count_artifacts(self) -> dict[str, int]:
         return dict(self._conn.execute("SELECT state, count(*) FROM artifacts GROUP BY state").fetchall())
@@ -593,7 +603,7 @@ class LineageDB:
 
     def _probes(self, store: str, artifact_id: str) -> list[tuple[str, np.ndarray]]:
         rows = self._conn.execute(
-            "SELECT query_sha256, vector FROM probes WHERE store = ? AND artifact_id = ?",
+            "SELECT query_sha256, vector FROM probes WHERE store = ? AND artifact_id = ? ORDER BY query_sha256",
             (store, artifact_id),
         )
         return [(q, np.frombuffer(v, dtype="<f4")) for q, v in rows]

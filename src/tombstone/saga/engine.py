@@ -729,8 +729,9 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
             def act(pending: list[Saga]) -> dict[str, Any]:
                 # Each saga's durable suppression record comes first: nothing may receive a status without
                 # one, and a crash between the record and the store's hide is repaired by running this again.
-                for s in pending:
-                    s.lineage.record_suppressions(s.saga_id, plans[s.saga_id][store])
+                with lead.lineage.atomic():  # one commit for the batch
+                    for s in pending:
+                        s.lineage.record_suppressions(s.saga_id, plans[s.saga_id][store])
                 # From here every wrapper of the deployment hides the records, before the store is touched.
                 kill_point(f"saga:suppress:{store}:recorded")
                 result = lead._suppress(store, arts_of(pending, store))
