@@ -188,7 +188,7 @@ class Tombstone:
         if not subjects:
             raise UnknownSubjectError("no subjects given")
         for subject in subjects:
-            if not self.lineage.artifacts_for(self.lineage.subject_key(subject)):
+            if not self.lineage.has_artifacts(self.lineage.subject_key(subject)):
                 raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it",
                                           subject=subject)
         return subjects
@@ -206,7 +206,7 @@ class Tombstone:
         sagas = []
         try:
             for subject in subjects:
-                if self.lineage.artifacts_for(self.lineage.subject_key(subject)):
+                if self.lineage.has_artifacts(self.lineage.subject_key(subject)):
                     sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores))
                 else:
                     sagas.append(Saga.start_unknown(self.context, subject))

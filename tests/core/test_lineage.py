@@ -177,3 +177,14 @@ def test_probe_vectors_for_many_artifacts_are_each_ones_own_in_order(tmp_path):
         assert [v.tolist() for v in got[a.artifact_id]] == [v.tolist() for _, v in expected]
     assert len(got["a0"]) == 3, "the other store's probes of the same id are not these"
     db.close()
+
+
+def test_artifacts_many_and_has_artifacts_agree_with_the_single_lookups(tmp_path):
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
+    db.record_artifacts("alice", [art(f"a{i}") for i in range(3)] + [ArtifactRecord("t", "a0", "docstore", "document")])
+    pairs = [("s", "a0"), ("s", "a2"), ("t", "a0"), ("s", "nope"), ("u", "a0")]
+    got = db.artifacts_many(pairs)
+    assert got == {p: db.artifact(*p) for p in pairs if db.artifact(*p) is not None}
+    assert set(got) == {("s", "a0"), ("s", "a2"), ("t", "a0")}
+    assert db.has_artifacts(db.subject_key("alice")) and not db.has_artifacts(db.subject_key("bob"))
+    db.close()

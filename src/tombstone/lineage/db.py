@@ -389,6 +389,22 @@ class LineageDB:
             inv_norm=row["inv_norm"],
         )
 
+    def has_artifacts(self, subject_key: str) -> bool:
+        """Whether the db records any artifact for the subject (``artifacts_for`` is not empty)."""
+        return self._conn.execute("SELECT 1 FROM artifacts WHERE subject_key = ? LIMIT 1", (subject_key,)).fetchone() \
+            is not None
+
+    def artifacts_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], ArtifactRecord]:
+        """The artifacts the db knows among (store, id) pairs, keyed by the pair: ``artifact`` for many."""
+        out: dict[tuple[str, str], ArtifactRecord] = {}
+        for store, ids in _by_store(keys).items():
+            for part in _parts(ids):
+                for row in self._conn.execute(
+                        f"SELECT * FROM artifacts WHERE store = ? AND artifact_id IN ({','.join('?' * len(part))})",
+                        (store, *part)):
+                    out[(store, row["artifact_id"])] = self._artifact(row)
+        return out
+
     def artifacts_for(self, subject_key: str) -> list[ArtifactRecord]:
         rows = self._conn.execute(
             "SELECT * FROM artifacts WHERE subject_key = ? ORDER BY store, artifact_id", (subject_key,)

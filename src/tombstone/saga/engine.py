@@ -280,8 +280,9 @@ class Saga:
             raise SagaError(f"saga {self.saga_id} has no plan; it cannot be resumed")
         self.scope = {(store, aid): why for store, aid, why in plan["artifacts"]}
         artifacts = []
+        known = self.lineage.artifacts_many((store, aid) for store, aid, _ in plan["artifacts"])
         for store, aid, _ in plan["artifacts"]:
-            art = self.lineage.artifact(store, aid)
+            art = known.get((store, aid))
             if art is None:
                 raise SagaError(f"saga {self.saga_id}: planned artifact {store}/{aid} vanished from the lineage db")
             artifacts.append(art)
