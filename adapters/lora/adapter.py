@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError
 from tombstone.lineage.records import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.physical import default_patterns

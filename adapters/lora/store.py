@@ -34,7 +34,6 @@ retrains and probes.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os

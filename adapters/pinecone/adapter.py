@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
+from tombstone.errors import PhysicalUnsupportedError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths, probe_set

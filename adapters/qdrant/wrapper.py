@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 from qdrant_client import models
 
 from tombstone.capture.hidden import HiddenIds, suppressed_among

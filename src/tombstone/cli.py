@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, SagaError, TombstoneError, shown
+from tombstone.errors import ConfigError, ReceiptError, SagaError, TombstoneError, shown
+
+if TYPE_CHECKING:
+    from tombstone.receipt.model import ArtifactEntry, Receipt
 
 
 EXIT_OK = 0
@@ -851,7 +854,6 @@ def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
 
 def _probe_note(entry: "ArtifactEntry") -> str:
     """For an UNVERIFIED artifact, the probes that did run and pass (a managed store's logical probe)."""
-    from tombstone.receipt.model import ArtifactEntry  # noqa: F401  (the annotation's type)
     from tombstone.verify.levels import StatusKind
 
     if entry.status is not StatusKind.UNVERIFIED:

@@ -12,7 +12,7 @@ import numpy as np
 from tombstone.capture import deferred
 from tombstone.capture.calls import Embedder, embed
 from tombstone.capture.fragments import probe_queries, query_sha256
-from tombstone.lineage.db import ArtifactRecord, fingerprint_of
+from tombstone.lineage.db import ArtifactRecord
 
 
 

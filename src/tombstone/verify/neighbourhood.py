@@ -191,7 +191,6 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
     runs each store operation (the saga's retries). Returns one :class:`Snapshot` per artifact; its
     ``meta["outcome"]`` is ``measured``, ``not testable``, ``too few controls`` or ``not in the store``.
     """
-    store = adapter.store
     erased = {a.artifact_id for a in artifacts}
     erasing_subjects = {a.subject_key for a in artifacts}
     own = dict(call(lambda: adapter.stored_vectors(sorted(erased))))
