@@ -140,6 +140,8 @@ class FaissAdapter(FaissHooks, Adapter):
         results = {}
         # the wrapper's full listing (get()'s ids), once for the batch: which of the artifacts it holds
         listed = {art.artifact_id for art in artifacts}.intersection(store.ids())
+        # and its read by id, once for all of them (what it returns for a list is what it returns for each)
+        gotten = set(store.get(ids=[art.artifact_id for art in artifacts]))
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    for art in artifacts}
@@ -153,7 +155,7 @@ class FaissAdapter(FaissHooks, Adapter):
             aid = art.artifact_id
             paths = {
                 "raw.sidecar(id)": aid in store.side["labels"],
-                "wrapper.get(ids)": aid in store.get(ids=[aid]),
+                "wrapper.get(ids)": aid in gotten,
                 "wrapper.get()": aid in listed,
             }
             paths.update(nearest.get(aid, {}))
