@@ -266,3 +266,4 @@ def test_patterns_are_reused_only_for_the_very_same_records_and_forgotten_after_
         physical._patterns(adapter, arts)
         assert Stub.calls == 12
     assert physical._last.patterns is None, "nothing of the artifacts is kept past their verification"
+    assert scanner._last is None, "nor the matcher built for their patterns"

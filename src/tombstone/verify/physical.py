@@ -114,7 +114,9 @@ def prepared(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> contextlib.Ab
         try:
             yield
         finally:
-            _last.patterns = None  # the erased artifacts' fingerprints are not kept past their verification
+            # nothing of the artifacts (their ids, their fingerprints' bytes) is kept past their verification
+            _last.patterns = None
+            scanner.forget()
 
     return block()
 

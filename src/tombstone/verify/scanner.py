@@ -234,6 +234,13 @@ def _matcher(patterns: list[bytes]) -> _Matcher:
     return built
 
 
+def forget() -> None:
+    """Drop the matcher kept for reuse (it holds its patterns: an erased artifact's id and fingerprint bytes)."""
+    global _last
+    with _last_lock:
+        _last = None
+
+
 def prepare(patterns: Mapping[str, bytes]) -> None:
     """Start building the matcher for ``patterns`` on a thread of its own, for a :func:`scan_files` of the same
     patterns that comes later: the build (hyperscan's compile, which lets go of the GIL) runs while the caller
