@@ -446,16 +446,7 @@ class LineageDB:
     def lineage_gap(self, artifact: ArtifactRecord) -> str | None:
         """What is missing around an artifact: an edge to an artifact the db does not know, or a derived
         copy whose source was never recorded."""
-        edges = self.edges_of(artifact)
-        for store, aid, relation in edges["sources"]:
-            if self.artifact(store, aid) is None:
-                return f"derived ({relation}) from {store}/{aid}, which the lineage db does not know"
-        for store, aid, relation in edges["derived"]:
-            if self.artifact(store, aid) is None:
-                return f"edge ({relation}) to {store}/{aid}, which the lineage db does not know"
-        if artifact.kind in DERIVED_KINDS and not edges["sources"]:
-            return f"a {artifact.kind} with no recorded source"
-        return None
+        return self.lineage_gaps([artifact])[(artifact.store, artifact.artifact_id)]
 
     def lineage_gaps(self, artifacts: Iterable[ArtifactRecord]) -> dict[tuple[str, str], str | None]:
         """:meth:`lineage_gap` of each artifact, keyed by (store, id), in a few queries for many artifacts."""
@@ -484,7 +475,7 @@ class LineageDB:
         out: dict[tuple[str, str], str | None] = {}
         for art in arts:
             key = (art.store, art.artifact_id)
-            ins = sorted(sources.get(key, []))  # in the order lineage_gap meets them
+            ins = sorted(sources.get(key, []))
             gap = next((f"derived ({r}) from {s}/{a}, which the lineage db does not know"
                         for s, a, r in ins if (s, a) not in known), None)
             if gap is None:
@@ -560,13 +551,7 @@ class LineageDB:
 
     def live_sharing_content(self, artifact: ArtifactRecord) -> list[ArtifactRecord]:
         """Live artifacts of *other* subjects whose content hash equals this artifact's."""
-        if artifact.content_hash is None:
-            return []
-        rows = self._conn.execute(
-            "SELECT * FROM artifacts WHERE content_hash = ? AND subject_key != ? AND state = 'live'",
-            (artifact.content_hash, artifact.subject_key),
-        )
-        return [self._artifact(row) for row in rows]
+        return self.live_sharing_content_many([artifact])[(artifact.store, artifact.artifact_id)]
 
     def live_sharing_content_many(self, artifacts: Iterable[ArtifactRecord]) -> dict[tuple[str, str], list[ArtifactRecord]]:
         """:meth:`live_sharing_content` of each artifact, keyed by (store, id), in a few queries for many."""
