@@ -16,7 +16,7 @@ from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, 
 from tombstone.fsutil import Snapshot
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_count, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
 from .store import BACKEND, FaissStore
@@ -142,14 +142,14 @@ class FaissAdapter(FaissHooks, Adapter):
         listed = {art.artifact_id for art in artifacts}.intersection(store.ids())
         # and its read by id, once for all of them (what it returns for a list is what it returns for each)
         gotten = set(store.get(ids=[art.artifact_id for art in artifacts]))
-        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
-                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
-                   for art in artifacts}
         # Both searches name their results through the store's id map (label -> id), so a search can
         # return an id only while the map holds it: for an id the map no longer holds, every nearest-neighbour
-        # path is decided by that one lookup, and its probe vectors are not searched. (Chroma and Qdrant name
-        # results from stores of their own, so there every probe vector goes through the raw search.)
-        mapped = {aid: q for aid, q in queries.items() if aid in store.side["labels"]}
+        # path is decided by that one lookup, and its probe vectors are not searched, nor read from the lineage
+        # db (after a clean erasure, none are). Chroma and Qdrant decide the same from ids they read.
+        labels = store.side["labels"]
+        mapped = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
+                                    probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
+                  for art in artifacts if art.artifact_id in labels}
         nearest = nearest_paths_many(list(mapped.items()), {"raw": raw, "wrapper": wrapped}, min(TOP_K, total))
         for art in artifacts:
             aid = art.artifact_id
@@ -160,8 +160,9 @@ class FaissAdapter(FaissHooks, Adapter):
             }
             paths.update(nearest.get(aid, {}))
             returned = sorted(p for p, hit in paths.items() if hit)
-            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])}
-            if aid not in mapped and queries[aid]:
+            count = len(mapped[aid]) if aid in mapped else probe_count(art.fingerprint, probe_vectors, aid)
+            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": count}
+            if aid not in mapped and count:
                 evidence["nearest_neighbours"] = ("not searched: the id map names every search result and holds"
                                                   " no entry for this id, so no search can return it")
             results[aid] = ProbeResult(

@@ -24,7 +24,7 @@ from tombstone.lineage.db import ArtifactRecord
 from tombstone.sqlite_pages import is_sqlite, zero_all_free_space
 from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_count, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
 from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneQdrant, point_id
@@ -462,15 +462,15 @@ class QdrantAdapter(QdrantHooks, Adapter):
                     one = models.Filter(must=[models.FieldCondition(key=ID_KEY, match=models.MatchValue(value=aid))])
                     if view.count(one) > 0:
                         found["wrapper.count(where id)"].add(aid)
-        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
-                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
-                   if dim else [] for art in artifacts}
         # Every search here (raw and wrapped) names a point by its payload id, and the listing above read that
         # payload key on every live point of the collection: a search can return an artifact only while the
         # listing found it, so the others' probe vectors are not searched (local mode scores every point per
-        # query, which made this probe grow with the store).
+        # query, which made this probe grow with the store), nor read from the lineage db.
         held = found["raw.scroll()"]
-        searched = [(aid, q) for aid, q in queries.items() if aid in held]
+        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
+                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
+                   if dim else [] for art in artifacts if art.artifact_id in held}
+        searched = list(queries.items())
         # With nothing flagged the wrapper's query is the client's same call, filtered: it returns a subset of
         # the raw query's points, and is asked only the queries whose raw results held the artifact.
         total = self.client.count(self.name, exact=True).count if searched else 0  # one more pass over every point
@@ -482,14 +482,15 @@ class QdrantAdapter(QdrantHooks, Adapter):
             paths = {name: aid in hits for name, hits in found.items()}
             paths.update(nearest.get(aid, {}))
             returned = sorted(p for p, hit in paths.items() if hit)
-            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries[aid])}
+            count = len(queries[aid]) if aid in queries else probe_count(art.fingerprint, probe_vectors, aid) if dim else 0
+            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": count}
             if aid in held:
                 evidence["wrapper_searches"] = ("every probe vector" if flagged
                                                 else "where the raw search returned the artifact (nothing flagged)")
             else:
                 evidence["by_filter"] = ("not asked: no live point of the collection carries this payload id"
                                          " (raw.scroll(), every point read), and a filter on the id reads that key")
-                if queries[aid]:
+                if count:
                     evidence["nearest_neighbours"] = ("not searched: every search names a point by its payload id,"
                                                       " and no live point of the collection carries this one")
             results[aid] = ProbeResult(

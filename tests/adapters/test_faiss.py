@@ -483,6 +483,36 @@ def test_logical_probe_searches_only_ids_the_map_still_holds_and_agrees_with_a_f
     assert all(not any(paths.values()) for paths in full.values()) and len(full) == 6
 
 
+def test_the_logical_probe_reads_probe_vectors_only_for_ids_the_map_still_holds(ftomb):
+    """The verify step hands the probe its artifacts' probe vectors as a mapping read on first use. While the
+    map holds the ids (suppressed, not reclaimed) they are read and searched; once it does not, none is read,
+    and the evidence still counts them (the lineage db's index, not the vectors)."""
+    from tombstone.verify.logical import ProbeVectors
+
+    mine = write(ftomb, "alice", 4)
+    write(ftomb, "bob", 10)
+    adapter = FaissAdapter("vec", ftomb.config.stores["vec"].options)
+    arts = [ftomb.lineage.artifact("vec", i) for i in mine]
+    counts = ftomb.lineage.probe_counts(arts)
+    assert all(n > 0 for n in counts.values())  # the hashing embedder's fragments were captured
+    reads: list[int] = []
+
+    def read(records):
+        reads.append(len(records))
+        return ftomb.lineage.probe_vectors(records)
+
+    adapter.suppress(arts)
+    before = adapter.probe_logical(arts, ProbeVectors(read, arts, ftomb.lineage.probe_counts))
+    assert reads == [4]  # control: still mapped, so read (once for all) and searched
+    assert all(not r.passed for r in before.values())
+    assert {a: r.evidence["probe_vectors"] for a, r in before.items()} == {a: n + 1 for a, n in counts.items()}
+    adapter.reclaim(arts)
+    reads.clear()
+    after = adapter.probe_logical(arts, ProbeVectors(read, arts, ftomb.lineage.probe_counts))
+    assert reads == [] and all(r.passed for r in after.values())
+    assert {a: r.evidence["probe_vectors"] for a, r in after.items()} == {a: n + 1 for a, n in counts.items()}
+
+
 def test_suppress_and_in_place_reclaim_write_what_changed_not_every_record(ftomb):
     """The records file is appended to and blanked where its lines lie: a suppression leaves it byte for byte
     as it was (only a small state file is written); the in-place reclaim overwrites the erased records' lines

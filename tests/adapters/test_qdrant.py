@@ -431,6 +431,9 @@ def test_the_logical_probe_searches_only_ids_a_live_point_still_carries(qtomb):
     assert searched == [[theirs[0]]], "only the survivor's probe vectors went through the searches"
     assert all(after[a].passed and after[a].evidence["nearest_neighbours"].startswith("not searched") for a in mine)
     assert all(after[a].evidence["by_filter"].startswith("not asked") for a in mine)
+    # the evidence counts the vectors not searched as it counts those searched (the fingerprint and fragments)
+    assert [after[a].evidence["probe_vectors"] for a in mine] == [before[a].evidence["probe_vectors"] for a in mine] \
+        == [len(vectors[a]) + 1 for a in mine]
     assert not after[theirs[0]].passed and "nearest_neighbours" not in after[theirs[0]].evidence
     # the verdicts of searching every probe vector of the erased artifacts, raw and through the wrapper
     client = local_client(path_of(qtomb))

@@ -176,6 +176,7 @@ def test_probe_vectors_for_many_artifacts_are_each_ones_own_in_order(tmp_path):
         assert [q for q, _ in expected] == sorted(q for q, _ in expected)
         assert [v.tolist() for v in got[a.artifact_id]] == [v.tolist() for _, v in expected]
     assert len(got["a0"]) == 3, "the other store's probes of the same id are not these"
+    assert db.probe_counts(arts) == {a: len(v) for a, v in got.items()} == {"a0": 3, "a1": 0, "a2": 3}
     db.close()
 
 

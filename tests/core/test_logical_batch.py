@@ -127,3 +127,32 @@ def test_a_searcher_within_another_is_asked_only_where_that_one_found_the_artifa
     with pytest.raises(ValueError):
         nearest_paths_many(items, {"wrapper": wrapper_of([]), "raw": exact_searcher(ids, matrix, [])}, 10,
                            within={"wrapper": "raw"})
+
+
+def test_probe_vectors_are_read_once_when_first_used_and_counted_without_reading():
+    from tombstone.lineage.records import ArtifactRecord
+    from tombstone.verify.logical import ProbeVectors, probe_count
+
+    arts = [ArtifactRecord("s", f"a{i}", "faiss", "vector", fingerprint=(0.5,) * 32 if i else None) for i in range(3)]
+    vectors = {"a0": [np.ones(4, np.float32)] * 2, "a1": [], "a2": [np.zeros(4, np.float32)]}
+    reads, counted = [], []
+
+    def read(records):
+        reads.append([r.artifact_id for r in records])
+        return {r.artifact_id: vectors[r.artifact_id] for r in records}
+
+    def counts(records):
+        counted.append(len(records))
+        return {r.artifact_id: len(vectors[r.artifact_id]) for r in records}
+
+    lazy = ProbeVectors(read, arts, counts)
+    assert (lazy or {}) is lazy and reads == []  # the adapters' ``probe_vectors or {}`` reads nothing
+    assert [probe_count(a.fingerprint, lazy, a.artifact_id) for a in arts] == [2, 1, 2]
+    assert reads == [] and counted == [3]  # one count for all of them, no vector read
+    assert len(lazy["a0"]) == 2 and lazy.get("a1") == [] and lazy.get("zz") is None
+    assert reads == [["a0", "a1", "a2"]]  # one read for the batch, the first time a vector is asked for
+    assert sorted(lazy) == ["a0", "a1", "a2"] and len(lazy) == 3 and reads == [["a0", "a1", "a2"]]
+    assert [probe_count(a.fingerprint, lazy, a.artifact_id) for a in arts] == [2, 1, 2]  # from the vectors now
+    assert not ProbeVectors(read, [], counts)
+    plain = {"a0": vectors["a0"]}
+    assert probe_count(None, plain, "a0") == 2 and probe_count([0.1], plain, "a9") == 1

@@ -595,6 +595,20 @@ class LineageDB:
         return {a.artifact_id: [v for _, v in sorted(found.get((a.store, a.artifact_id), []), key=lambda p: p[0])]
                 for a in arts}
 
+    def probe_counts(self, artifacts: Iterable[ArtifactRecord]) -> dict[str, int]:
+        """How many probe vectors each artifact has, keyed by artifact id, without reading them (the primary
+        key's index answers it); after this process's queued probes are recorded."""
+        _before_probe_reads()
+        arts = list(artifacts)
+        found: dict[tuple[str, str], int] = {}
+        for store, ids in _by_store((a.store, a.artifact_id) for a in arts).items():
+            for part in _parts(ids):
+                for aid, n in self._conn.execute(
+                        f"SELECT artifact_id, count(*) FROM probes WHERE store = ?"
+                        f" AND artifact_id IN ({','.join('?' * len(part))}) GROUP BY artifact_id", (store, *part)):
+                    found[(store, aid)] = n
+        return {a.artifact_id: found.get((a.store, a.artifact_id), 0) for a in arts}
+
     def count_artifacts(self) -> dict[str, int]:
         return dict(self._conn.execute("SELECT state, count(*) FROM artifacts GROUP BY state").fetchall())
 

@@ -402,6 +402,7 @@ class Saga:
                 call=lambda action: self._retrying(store, "verify", len(arts),  # the probes hold their adapter
                                                    lambda: self._locked(store, lambda _: action()), reopen=False),
                 probe_vectors=self.lineage.probe_vectors,
+                probe_counts=self.lineage.probe_counts,
                 live_sharing_content=self.lineage.live_sharing_content,
                 live_sharing_content_many=self.lineage.live_sharing_content_many,
                 semantic_snapshots=self.lineage.semantic_snapshots,

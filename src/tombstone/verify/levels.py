@@ -178,8 +178,8 @@ def _raise_not_suppressed(f: Findings) -> Status:
 
 
 def _verified(f: Findings) -> Status:
-    passed = [lv for lv in Level if f.ran(lv) and f.probes[lv].passed]
-    return Status(StatusKind.VERIFIED, level=max(passed, key=lambda lv: lv.rank), rule="verified")
+    passed = [lv for lv in _LEVEL_ORDER if f.ran(lv) and f.probes[lv].passed]
+    return Status(StatusKind.VERIFIED, level=passed[-1], rule="verified")  # the highest: _LEVEL_ORDER is by rank
 
 
 def _residual(name: str, level: Level, default: str, action: str) -> Rule:

@@ -8,7 +8,7 @@ vector set, top-k and MMR over the same candidates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -182,6 +182,53 @@ def candidate_vectors(candidates: Any, rows: list[int]) -> list[np.ndarray]:
     return [candidates[q] for q in rows]
 
 
+class ProbeVectors(Mapping[str, Sequence[np.ndarray]]):
+    """The probe vectors of the artifacts one probe call is about, keyed by artifact id, read from the lineage
+    db in one go when first asked for. A probe that searches none of them (FAISS, once its id map no longer
+    holds the ids) reads none; ``count(id)`` says how many an artifact has without reading them."""
+
+    def __init__(self, read: Callable[[Sequence[ArtifactRecord]], Mapping[str, Sequence[np.ndarray]]],
+                 artifacts: Sequence[ArtifactRecord],
+                 counts: Callable[[Sequence[ArtifactRecord]], Mapping[str, int]] | None = None) -> None:
+        self._read, self._counts = read, counts
+        self._artifacts = list(artifacts)
+        self._vectors: dict[str, Sequence[np.ndarray]] | None = None
+        self._counted: dict[str, int] | None = None
+
+    def _all(self) -> dict[str, Sequence[np.ndarray]]:
+        if self._vectors is None:
+            self._vectors = dict(self._read(self._artifacts))
+        return self._vectors
+
+    def __getitem__(self, artifact_id: str) -> Sequence[np.ndarray]:
+        return self._all()[artifact_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __bool__(self) -> bool:  # ``probe_vectors or {}`` must not read them
+        return bool(self._artifacts)
+
+    def count(self, artifact_id: str) -> int:
+        if self._vectors is None and self._counts is not None:
+            if self._counted is None:
+                self._counted = dict(self._counts(self._artifacts))
+            return self._counted.get(artifact_id, 0)
+        return len(self._all().get(artifact_id, ()))
+
+
+def probe_count(fingerprint: Sequence[float] | None, probe_vectors: Mapping[str, Sequence[Any]],
+                artifact_id: str) -> int:
+    """How many vectors ``probe_set`` would query with for the artifact, reading none where the mapping can
+    count them (:class:`ProbeVectors`)."""
+    count = getattr(probe_vectors, "count", None)
+    fragments = count(artifact_id) if callable(count) else len(probe_vectors.get(artifact_id, ()))
+    return fragments + (fingerprint is not None)
+
+
 def fit_dim(vector: np.ndarray, dim: int) -> np.ndarray:
     """Truncate or zero-pad a probe vector to the store's dimension."""
     v = np.asarray(vector, dtype=np.float32)
@@ -203,7 +250,7 @@ class LogicalStage:
     def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):
         from tombstone.verify.runner import StageOutput
 
-        vectors = ctx.probe_vectors(artifacts) if ctx.probe_vectors is not None else None
+        vectors = ProbeVectors(ctx.probe_vectors, artifacts, ctx.probe_counts) if ctx.probe_vectors is not None else None
         return StageOutput(outcomes=dict(ctx.call(lambda: adapter.probe_logical(artifacts, vectors))))
 
 

@@ -65,6 +65,8 @@ class VerifyContext:
     """Runs each store operation: the saga's retries with backoff and dead letters; a plain call otherwise."""
     probe_vectors: Callable[[Sequence[ArtifactRecord]], Mapping[str, Sequence[Any]]] | None = None
     """The fragment probe vectors captured at write time, when the verifier has the lineage db."""
+    probe_counts: Callable[[Sequence[ArtifactRecord]], Mapping[str, int]] | None = None
+    """How many of them each artifact has, without reading them (evidence of a probe that needs none)."""
     live_sharing_content: Callable[[ArtifactRecord], Sequence[ArtifactRecord]] | None = None
     """Live artifacts of other subjects with the same content (the duplicate-content decision)."""
     live_sharing_content_many: Callable[[Sequence[ArtifactRecord]], Mapping[tuple[str, str], Sequence[ArtifactRecord]]] | None = None
