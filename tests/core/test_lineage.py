@@ -189,3 +189,58 @@ def test_artifacts_many_and_has_artifacts_agree_with_the_single_lookups(tmp_path
     assert set(got) == {("s", "a0"), ("s", "a2"), ("t", "a0")}
     assert db.has_artifacts(db.subject_key("alice")) and not db.has_artifacts(db.subject_key("bob"))
     db.close()
+
+
+def test_closure_reads_edges_in_bulk_and_reaches_what_one_edge_query_per_artifact_reaches(tmp_path):
+    """The closure reads the outgoing edges of the whole frontier in one query; the scope and the reason given
+    for each artifact are those of reading one artifact's edges at a time (the walk before it read in bulk),
+    on a graph with shared derivations, a cycle, several stores and an edge to an artifact the db never
+    recorded."""
+    import random
+
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
+    rng = random.Random(11)
+    nodes = [(store, f"{store}{i}") for store in ("s", "t", "u") for i in range(40)]
+    owner = {n: f"subject{rng.randrange(4)}" for n in nodes}
+    edges = {(a, b) for a in nodes for b in nodes if a != b and rng.random() < 0.03}
+    edges |= {(nodes[0], nodes[1]), (nodes[1], nodes[2]), (nodes[2], nodes[0])}  # a cycle
+    for subject in sorted(set(owner.values())):
+        db.record_artifacts(subject, [ArtifactRecord(s, i, "docstore", "document") for (s, i) in nodes
+                                      if owner[(s, i)] == subject],
+                            edges=[(a[0], a[1], b[0], b[1], rng.choice(["cached_from", "derived_from"]))
+                                   for a, b in sorted(edges) if owner[a] == subject])
+    db.record_artifacts(owner[nodes[0]], [], edges=[("s", "s0", "v", "never-recorded", "cached_from")])
+
+    def one_at_a_time(key):
+        out = {(a.store, a.artifact_id): (a, "owned") for a in db.artifacts_for(key)}
+        frontier = list(out)
+        while frontier:
+            store, aid = frontier.pop()
+            for dst_store, dst_id, relation in db.edges_of(ArtifactRecord(store, aid, "", ""))["derived"]:
+                art = db.artifact(dst_store, dst_id)
+                if (dst_store, dst_id) in out or art is None:
+                    continue
+                out[(dst_store, dst_id)] = (art, f"{relation} from {store}/{aid}")
+                frontier.append((dst_store, dst_id))
+        return sorted(out.values(), key=lambda pair: (pair[0].store, pair[0].artifact_id))
+
+    queries: list[str] = []
+    db._conn.set_trace_callback(lambda sql: queries.append(sql) if "FROM edges" in sql else None)
+    for subject in sorted(set(owner.values())):
+        key = db.subject_key(subject)
+        queries.clear()
+        got = db.closure(key)
+        walked = len(got)
+        bulk_queries = len(queries)
+        assert got == one_at_a_time(key)
+        assert len(queries) - bulk_queries == 2 * walked  # the reference: two edge queries per artifact walked
+        assert bulk_queries < walked, (bulk_queries, walked)
+        assert any(why != "owned" for _, why in got)  # the graph reaches past each subject's own artifacts
+    # a subject whose chunks nothing was derived from (the common case): one query per store
+    db.record_artifacts("plain", [ArtifactRecord(store, f"p{store}{i}", "docstore", "document")
+                                  for store in ("s", "t") for i in range(30)])
+    queries.clear()
+    assert [why for _, why in db.closure(db.subject_key("plain"))] == ["owned"] * 60
+    assert len(queries) == 2
+    db._conn.set_trace_callback(None)
+    db.close()

@@ -98,6 +98,9 @@ def test_the_file_is_chosen_when_the_saga_is_created(tomb):
     from tombstone.saga.engine import free_receipt_path
 
     assert free_receipt_path(tomb.context, tomb.config.receipts_dir / "alice.json", "another").name == "alice.2.json"
+    # names are compared as a case-insensitive file system would (only names that could collide are read)
+    assert free_receipt_path(tomb.context, tomb.config.receipts_dir / "ALICE.json", "another").name == "ALICE.2.json"
+    assert free_receipt_path(tomb.context, tomb.config.receipts_dir / "bob.json", "another").name == "bob.json"
 
 
 @pytest.fixture

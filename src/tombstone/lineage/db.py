@@ -420,11 +420,12 @@ class LineageDB:
         owned = self.artifacts_for(subject_key)
         out: dict[tuple[str, str], tuple[ArtifactRecord, str]] = {(a.store, a.artifact_id): (a, "owned") for a in owned}
         frontier = list(out)
+        derived: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # each source's edges, in key order
         while frontier:
             store, aid = frontier.pop()
-            for dst_store, dst_id, relation in self._conn.execute(
-                "SELECT dst_store, dst_id, relation FROM edges WHERE src_store = ? AND src_id = ?", (store, aid)
-            ).fetchall():
+            if (store, aid) not in derived:  # read for every source on the frontier at once
+                self._edges_from([key for key in frontier if key not in derived] + [(store, aid)], derived)
+            for dst_store, dst_id, relation in derived[(store, aid)]:
                 if (dst_store, dst_id) in out:
                     continue
                 art = self.artifact(dst_store, dst_id)
@@ -433,6 +434,19 @@ class LineageDB:
                 out[(dst_store, dst_id)] = (art, f"{relation} from {store}/{aid}")
                 frontier.append((dst_store, dst_id))
         return sorted(out.values(), key=lambda pair: (pair[0].store, pair[0].artifact_id))
+
+    def _edges_from(self, sources: list[tuple[str, str]], into: dict[tuple[str, str], list[tuple[str, str, str]]]) -> None:
+        """The outgoing edges of each of ``sources`` as (dst store, dst id, relation), ordered by destination
+        (the edges' key), added to ``into``; a source with none gets an empty list."""
+        for store, ids in _by_store(sources).items():
+            for part in _parts(ids):
+                for src_id, dst_store, dst_id, relation in self._conn.execute(
+                        f"SELECT src_id, dst_store, dst_id, relation FROM edges WHERE src_store = ?"
+                        f" AND src_id IN ({','.join('?' * len(part))}) ORDER BY src_id, dst_store, dst_id",
+                        (store, *part)).fetchall():
+                    into.setdefault((store, src_id), []).append((dst_store, dst_id, relation))
+        for key in sources:
+            into.setdefault(key, [])
 
     def edges_of(self, artifact: ArtifactRecord) -> dict[str, list[tuple[str, str, str]]]:
         """Incoming (``sources``) and outgoing (``derived``) edges as (store, id, relation)."""

@@ -12,6 +12,7 @@ signer); verification is the pipeline of ``tombstone.verify.runner``.
 
 from __future__ import annotations
 
+import os
 import uuid
 import warnings
 from collections.abc import Callable, Sequence
@@ -545,17 +546,22 @@ def stored_out_path(ctx: SagaContext, path: Path) -> str:
     return str(path.absolute())
 
 
-def _taken_by_others(ctx: SagaContext, saga_id: str) -> dict[Path, str]:
-    """The receipt files other unfinished sagas have chosen, with the saga that chose each."""
+def _taken_by_others(ctx: SagaContext, saga_id: str, named: str | None = None) -> dict[Path, str]:
+    """The receipt files other unfinished sagas have chosen, with the saga that chose each; with ``named``,
+    only files whose name begins with it (compared as ``file_name_key`` does). A batch starts one saga after
+    another, so without that each would read every file the ones before it chose."""
+    prefix = None if named is None else os.path.normcase(named).casefold()
     return {out_path_of(ctx, stored): other for other, stored in ctx.lineage.running_out_paths().items()
-            if other != saga_id}
+            if other != saga_id
+            and (prefix is None or os.path.normcase(os.path.basename(stored)).casefold().startswith(prefix))}
 
 
 def free_receipt_path(ctx: SagaContext, base: Path, saga_id: str) -> Path:
     """The first of ``base``, ``base`` with ``.2``, ``.3``, ... before its suffix, that no file holds (or that
     holds this saga's own unsealed receipt) and no other unfinished saga has chosen. Call it under
     ``receipt_names_lock``."""
-    taken = {file_name_key(other) for other in _taken_by_others(ctx, saga_id)}  # a batch asks once per saga
+    # every candidate's name begins with the base's stem
+    taken = {file_name_key(other) for other in _taken_by_others(ctx, saga_id, named=base.stem)}
     n = 1
     while True:
         candidate = numbered(base, n)
