@@ -217,3 +217,52 @@ def test_the_physical_probes_matcher_is_built_while_the_levels_below_run(tmp_pat
     assert ("build", "tombstone-scan-prepare") in events[:first]
     main = threading.current_thread().name
     assert ("build", main) not in events[first:], events
+
+
+def test_each_stores_matcher_is_started_before_its_reclaim_and_used_by_its_probe(tmp_path, monkeypatch):
+    """In a batch, each store's physical-probe matcher is started when that store's reclaim begins, on a thread
+    of its own, so it is built while the reclaims and the logical probes run; a reclaim that scans and the
+    probe use it, and no matcher is built in the erasure's own thread. The receipts are those of the same
+    batch without it, and nothing of the patterns is kept once the batch is done."""
+    import contextlib
+    import threading
+
+    from tombstone.saga.engine import Saga
+    from tombstone.verify import physical, scanner
+
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--subjects", "4", "--erase", "none").exit_code == 0
+    control = tmp_path / "control"
+    shutil.copytree(root, control)
+    subjects = ["user-0001", "user-0002", "user-0003"]
+    with monkeypatch.context() as m:
+        m.setattr(Saga, "_physical_ready", lambda self, store, arts: contextlib.nullcontext())  # the control
+        with Tombstone.open(control / "tombstone.toml") as tomb:
+            expected = [statuses(r) for r, _ in tomb.erase_many(subjects)]
+    events = []
+    real_prepare, real_reclaim, real_matcher = scanner.prepare, Saga._reclaim, scanner._Matcher
+
+    def preparing(patterns):
+        events.append(("prepare", len(patterns)))
+        return real_prepare(patterns)
+
+    def reclaiming(self, store, *args, **kwargs):
+        events.append(("reclaim", store))
+        return real_reclaim(self, store, *args, **kwargs)
+
+    def building(patterns):
+        events.append(("build", threading.current_thread().name))
+        return real_matcher(patterns)
+
+    monkeypatch.setattr(scanner, "prepare", preparing)
+    monkeypatch.setattr(Saga, "_reclaim", reclaiming)
+    monkeypatch.setattr(scanner, "_Matcher", building)
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        got = [statuses(r) for r, _ in tomb.erase_many(subjects)]
+    assert got == expected
+    reclaims = [i for i, e in enumerate(events) if e[0] == "reclaim"]
+    assert len(reclaims) >= 3
+    prepared = [i for i in reclaims if any(e[0] == "prepare" for e in events[i - 2 : i])]
+    assert len(prepared) >= 3, events  # the stores with a physical probe: prepared just before their reclaim
+    assert not [e for e in events if e == ("build", threading.current_thread().name)], events
+    assert physical._last.patterns is None and scanner.kept() == 0

@@ -182,6 +182,7 @@ def test_the_same_patterns_again_reuse_the_matcher_and_others_get_their_own(tmp_
         return real(patterns)
 
     monkeypatch.setattr(scanner, "_Matcher", counting)
+    scanner.forget()  # what earlier scans of this process kept
     path = tmp_path / "f.bin"
     path.write_bytes(b"..alpha..beta..gamma..")
     first = {"a": b"alpha", "b": b"beta"}
@@ -193,6 +194,15 @@ def test_the_same_patterns_again_reuse_the_matcher_and_others_get_their_own(tmp_
     swapped = {"b": b"beta", "a": b"alpha"}
     assert [h.offset for h in scan_files([path], swapped).found("a")] == [2]
     assert len(built) == 3
+    # a batch's stores each keep theirs: the first patterns are still kept after the others were built, up to
+    # scanner.KEEP matchers, the least recently used going first
+    assert len(scan_files([path], first).found("a")) == 1 and len(built) == 3
+    for n in range(scanner.KEEP):
+        scan_files([path], {"x": b"x%d" % n})
+    assert scanner.kept() == scanner.KEEP and len(built) == 3 + scanner.KEEP
+    assert len(scan_files([path], first).found("a")) == 1 and len(built) == 4 + scanner.KEEP
+    scanner.forget()
+    assert scanner.kept() == 0
 
 
 def test_a_prepared_matcher_is_built_on_its_own_thread_and_used_by_the_scan(tmp_path, monkeypatch):
@@ -214,6 +224,7 @@ def test_a_prepared_matcher_is_built_on_its_own_thread_and_used_by_the_scan(tmp_
     path = tmp_path / "f.bin"
     path.write_bytes(b"..alpha..beta..")
     patterns = {"a": b"alpha", "b": b"beta"}
+    scanner.forget()  # what earlier scans of this process kept
     scanner.prepare(patterns)
     assert built == ["tombstone-scan-prepare"], "building, and the caller has gone on"
     release.set()
@@ -266,4 +277,4 @@ def test_patterns_are_reused_only_for_the_very_same_records_and_forgotten_after_
         physical._patterns(adapter, arts)
         assert Stub.calls == 12
     assert physical._last.patterns is None, "nothing of the artifacts is kept past their verification"
-    assert scanner._last is None, "nor the matcher built for their patterns"
+    assert scanner.kept() == 0, "nor the matcher built for their patterns"

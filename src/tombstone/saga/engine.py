@@ -12,6 +12,7 @@ signer); verification is the pipeline of ``tombstone.verify.runner``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 import warnings
@@ -393,6 +394,21 @@ class Saga:
         self.lineage.set_state(arts, "reclaimed")
         return {"evidence": evidence, "duplicates_before_reclaim": duplicates}
 
+    def _physical_ready(self, store: str, arts: list[ArtifactRecord]) -> contextlib.AbstractContextManager[None]:
+        """The physical stage's ``prepared`` for ``arts``, entered before the store's reclaim: the patterns
+        computed and the matcher compiled (on a thread of its own) while the reclaim and the logical probe run,
+        for the verification's physical probe of the same records. Nothing when the level is not enabled or
+        the store cannot be opened (the steps themselves meet and report that)."""
+        if Level.PHYSICAL not in self.ctx.levels or store == THIRD_PARTY_STORE or not arts:
+            return contextlib.nullcontext()
+        try:
+            adapter = self.ctx.adapter(store)
+        except TombstoneError:
+            return contextlib.nullcontext()
+        from tombstone.verify import physical
+
+        return physical.prepared(adapter, arts)
+
     def _verify(self, store: str, arts: list[ArtifactRecord], suppressed: dict[str, Any],
                 reclaimed: dict[str, Any]) -> dict[str, Any]:
         error = suppressed.get("error") or reclaimed.get("error")
@@ -748,6 +764,8 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
 
         def reclaim(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
             def act(pending: list[Saga]) -> dict[str, Any]:
+                # the physical probe's matcher is built while this reclaim and the steps up to the probe run
+                early.enter_context(lead._physical_ready(store, arts_of(pending, store)))
                 result = lead._reclaim(store, arts_of(pending, store), previous(pending, "suppress", store))
                 extra = {"batch_subjects": len(pending)} if len(sagas) > 1 else {}
                 return {s.saga_id: {**result, **extra} for s in pending}
@@ -765,12 +783,16 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
             plan = s.lineage.step_result(s.saga_id, "plan") or {}
             if plan.get("kind") == STORE_RECLAIM_KIND:
                 _store_reclaim_steps(s, plan["store"])
-        for step, make in (("snapshot", snapshot), ("suppress", suppress), ("reclaim", reclaim), ("verify", verify)):
-            for store in stores:
-                run_step([s for s in sagas if store in plans[s.saga_id]], step, store, make(store))
-                done += 1
-                if lead.progress:
-                    lead.progress(step, store, done, total)
+        # Each store's physical probe's patterns and matcher are made ready from its reclaim on
+        # (``_physical_ready``), and dropped once every store is verified.
+        with contextlib.ExitStack() as early:
+            for step, make in (("snapshot", snapshot), ("suppress", suppress), ("reclaim", reclaim),
+                               ("verify", verify)):
+                for store in stores:
+                    run_step([s for s in sagas if store in plans[s.saga_id]], step, store, make(store))
+                    done += 1
+                    if lead.progress:
+                        lead.progress(step, store, done, total)
         signed = seal_receipts([(s, plans[s.saga_id]) for s in sagas])
         receipts = [(receipt, s.receipt_path) for receipt, s in zip(signed, sagas)]
         if lead.progress:

@@ -106,19 +106,32 @@ def prepared(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> contextlib.Ab
 
     @contextlib.contextmanager
     def block():
+        global _open_blocks
+        with _blocks_lock:
+            _open_blocks += 1
         try:
-            if adapter.has(CAPABILITY):
-                scanner.prepare(_patterns(adapter, artifacts)[1])
-        except Exception:
-            pass
-        try:
+            try:
+                if adapter.has(CAPABILITY):
+                    scanner.prepare(_patterns(adapter, artifacts)[1])
+            except Exception:
+                pass
             yield
         finally:
-            # nothing of the artifacts (their ids, their fingerprints' bytes) is kept past their verification
+            with _blocks_lock:
+                _open_blocks -= 1
+                last = _open_blocks == 0
+            # Nothing of the artifacts (their ids, their fingerprints' bytes) is kept past their verification.
+            # Blocks nest (a batch prepares a store from its reclaim on, and its verification prepares it
+            # again): the matchers go when the outermost one ends.
             _last.patterns = None
-            scanner.forget()
+            if last:
+                scanner.forget()
 
     return block()
+
+
+_open_blocks = 0
+_blocks_lock = threading.Lock()
 
 
 def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:

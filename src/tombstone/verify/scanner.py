@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -201,8 +202,11 @@ def _by_bytes(patterns: Mapping[str, bytes]) -> dict[bytes, list[str]]:
     return by_bytes
 
 
-_last: tuple[tuple, _Matcher | Future] | None = None
-_last_lock = threading.Lock()
+_kept: "OrderedDict[tuple, _Matcher | Future]" = OrderedDict()
+"""The matchers built last (or being built: :func:`prepare`), most recently used last: a batch keeps one per
+store it verifies, and a reclaim that scans shares its store's."""
+KEEP = 8
+_kept_lock = threading.Lock()
 
 
 def _key(patterns: list[bytes]) -> tuple:
@@ -213,39 +217,53 @@ def _key(patterns: list[bytes]) -> tuple:
     return ("aho-corasick" if hyperscan is None else "hyperscan", WINDOW, tuple(patterns))
 
 
+def _keep(key: tuple, matcher: "_Matcher | Future") -> None:
+    """Call it holding ``_kept_lock``."""
+    _kept[key] = matcher
+    _kept.move_to_end(key)
+    while len(_kept) > KEEP:
+        _kept.popitem(last=False)
+
+
 def _matcher(patterns: list[bytes]) -> _Matcher:
-    """A matcher for ``patterns``: the one built last (or being built: :func:`prepare`) when it was for the same
+    """A matcher for ``patterns``: a kept one (built, or being built: :func:`prepare`) when it was for the same
     patterns in the same order, else a new one. A reclaim that scans the files and the physical probe after it
     ask for the same patterns; compiling ten thousand artifacts' patterns takes about a second."""
-    global _last
     key = _key(patterns)
-    with _last_lock:
-        last = _last[1] if _last is not None and _last[0] == key else None
-    if isinstance(last, Future):
+    with _kept_lock:
+        kept = _kept.get(key)
+        if kept is not None:
+            _kept.move_to_end(key)
+    if isinstance(kept, Future):
         try:
-            last = last.result()
+            kept = kept.result()
         except Exception:  # built again here, where its error (if it recurs) reaches the caller
-            last = None
-    if last is not None:
-        return last
+            kept = None
+    if kept is not None:
+        return kept
     built = _Matcher(patterns)
-    with _last_lock:
-        _last = (key, built)
+    with _kept_lock:
+        _keep(key, built)
     return built
 
 
+def kept() -> int:
+    """How many matchers are kept (built or being built)."""
+    with _kept_lock:
+        return len(_kept)
+
+
 def forget() -> None:
-    """Drop the matcher kept for reuse (it holds its patterns: an erased artifact's id and fingerprint bytes)."""
-    global _last
-    with _last_lock:
-        _last = None
+    """Drop every matcher kept for reuse (each holds its patterns: erased artifacts' ids and fingerprint bytes)."""
+    with _kept_lock:
+        _kept.clear()
 
 
 def prepare(patterns: Mapping[str, bytes]) -> None:
     """Start building the matcher for ``patterns`` on a thread of its own, for a :func:`scan_files` of the same
     patterns that comes later: the build (hyperscan's compile, which lets go of the GIL) runs while the caller
-    does other work. The scan waits for it if it is not done by then."""
-    global _last
+    does other work. The scan waits for it if it is not done by then. Nothing is started for patterns whose
+    matcher is kept already."""
     try:
         distinct = list(_by_bytes(patterns))
     except ValueError:
@@ -254,10 +272,11 @@ def prepare(patterns: Mapping[str, bytes]) -> None:
         return
     key = _key(distinct)
     future: Future = Future()
-    with _last_lock:
-        if _last is not None and _last[0] == key:
+    with _kept_lock:
+        if key in _kept:
+            _kept.move_to_end(key)
             return
-        _last = (key, future)
+        _keep(key, future)
 
     def build() -> None:
         try:
