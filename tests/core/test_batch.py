@@ -180,6 +180,15 @@ def test_a_receipt_that_cannot_be_written_mid_batch_seals_those_before_it(tmp_pa
         assert tomb.lineage.chain_head()[0] == 3 and not tomb.lineage.sagas("running")
 
 
+def demo_and_copy(tmp_path):
+    """A four-subject demo deployment, a copy of it to erase as the control, and three subjects to erase."""
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--subjects", "4", "--erase", "none").exit_code == 0
+    control = tmp_path / "control"
+    shutil.copytree(root, control)
+    return root, control, ["user-0001", "user-0002", "user-0003"]
+
+
 def test_the_physical_probes_matcher_is_built_while_the_levels_below_run(tmp_path, monkeypatch):
     """Each store's verification starts building the physical probe's matcher on a thread of its own before the
     logical probe runs, and the physical probe uses it: after the first logical probe no matcher is built in the
@@ -188,11 +197,7 @@ def test_the_physical_probes_matcher_is_built_while_the_levels_below_run(tmp_pat
 
     from tombstone.verify import logical, physical, scanner
 
-    root = tmp_path / "d"
-    assert run("demo", "--workdir", str(root), "--subjects", "4", "--erase", "none").exit_code == 0
-    control = tmp_path / "control"
-    shutil.copytree(root, control)
-    subjects = ["user-0001", "user-0002", "user-0003"]
+    root, control, subjects = demo_and_copy(tmp_path)
     with monkeypatch.context() as m:
         m.delattr(type(physical.STAGE), "prepared")  # the control: no stage prepares anything
         with Tombstone.open(control / "tombstone.toml") as tomb:
@@ -230,11 +235,7 @@ def test_each_stores_matcher_is_started_before_its_reclaim_and_used_by_its_probe
     from tombstone.saga.engine import Saga
     from tombstone.verify import physical, scanner
 
-    root = tmp_path / "d"
-    assert run("demo", "--workdir", str(root), "--subjects", "4", "--erase", "none").exit_code == 0
-    control = tmp_path / "control"
-    shutil.copytree(root, control)
-    subjects = ["user-0001", "user-0002", "user-0003"]
+    root, control, subjects = demo_and_copy(tmp_path)
     with monkeypatch.context() as m:
         m.setattr(Saga, "_physical_ready", lambda self, store, arts: contextlib.nullcontext())  # the control
         with Tombstone.open(control / "tombstone.toml") as tomb:
