@@ -522,8 +522,10 @@ class ChromaAdapter(ChromaHooks, Adapter):
         nothing_flagged = not col.get(where={SUPPRESSED: True}, include=[])["ids"]
         # A search names each result through the vector segment's id map, so an id that neither the id map,
         # nor the metadata segment, nor a queued write of the collection names cannot come back from any
-        # search: its probe vectors are not searched. Read only for a large batch (the map is read whole).
-        named = self._named(ids) if sum(len(q) for q in queries.values()) > _SEARCH_ALL_UP_TO else None
+        # search: its probe vectors are not searched. The map is read (whole) only for a large batch; for a few
+        # artifacts it is used only when this process's reclaim left it without them (no read: the searches
+        # would load the whole HNSW index instead).
+        named = self._named(ids, read_map=sum(len(q) for q in queries.values()) > _SEARCH_ALL_UP_TO)
         searched = [(aid, q) for aid, q in queries.items() if named is None or aid in named]
         nearest = nearest_paths_many(searched, searchers, min(TOP_K, count),
                                      within={"wrapper": "raw"} if nothing_flagged else None)
@@ -558,16 +560,22 @@ class ChromaAdapter(ChromaHooks, Adapter):
             )
         return results
 
-    def _named(self, ids: list[str]) -> set[str] | None:
+    def _named(self, ids: list[str], read_map: bool = True) -> set[str] | None:
         """Which of ``ids`` the collection can still name: in the vector segment's persisted id map, in the
         metadata segment's ``embeddings`` table, or in an embeddings-queue row of the collection (a write the
         segments have not all persisted). None where that cannot be told (no vector segment folder, a map
-        in a shape ``inplace.read_id_map`` does not know): then every probe vector is searched."""
+        in a shape ``inplace.read_id_map`` does not know), or where it would take reading the map and
+        ``read_map`` is false: then every probe vector is searched. The map is not read where this process's
+        own reclaim left it without any of ``ids`` and it has not changed since (``inplace.known_absent``)."""
         conn = self._db()
         try:
             col = self.collection()
             segments = dict(conn.execute("SELECT scope, id FROM segments WHERE collection = ?", (str(col.id),)))
             if "VECTOR" not in segments or "METADATA" not in segments:
+                return None
+            folder = self.path / segments["VECTOR"]
+            map_absent = inplace.known_absent(folder, ids)
+            if not (map_absent or read_map):
                 return None
             topics = [t for (t,) in conn.execute("SELECT DISTINCT topic FROM embeddings_queue")
                       if t.rsplit("/", 1)[-1] == str(col.id)]
@@ -583,8 +591,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
                         f"SELECT id FROM embeddings_queue WHERE topic = ? AND id IN ({marks})", (topic, *part))}  # noqa: S608
         finally:
             conn.close()
-        folder = self.path / segments["VECTOR"]
-        if (folder / inplace.ID_MAP).exists():
+        if map_absent:
+            pass  # the map as this process's reclaim wrote it holds none of them
+        elif (folder / inplace.ID_MAP).exists():
             id_map = inplace.read_id_map(folder)
             if id_map is None:
                 return None

@@ -89,6 +89,39 @@ def header(folder: Path) -> dict[str, int] | None:
             "offset_data": offset_data}
 
 
+_ABSENT: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
+"""Per segment folder, ids this process knows its id map does not hold, with the map file's (inode, size,
+mtime) when it knew it: ``erase_slots`` records the ids it was asked to erase once the map it wrote (or
+found) holds none of them. Kept for the last few folders only."""
+
+
+def _map_stamp(folder: Path) -> tuple[int, int, int] | None:
+    try:
+        st = (folder / ID_MAP).stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _remember_absent(folder: Path, ids: Iterable[str]) -> None:
+    stamp = _map_stamp(folder)
+    if stamp is None:
+        return
+    _ABSENT.pop(str(folder), None)
+    _ABSENT[str(folder)] = (stamp, frozenset(ids))
+    while len(_ABSENT) > 4:
+        _ABSENT.pop(next(iter(_ABSENT)))
+
+
+def known_absent(folder: Path, ids: Iterable[str]) -> bool:
+    """True when this process itself left the segment's id map without any of ``ids`` (``erase_slots``) and
+    the file is still the one it wrote or read then (same inode, size and modification time): a search,
+    which names its results through that map, cannot return them. False when that is not known; the
+    caller then reads the map or searches."""
+    held = _ABSENT.get(str(folder))
+    return held is not None and held[0] == _map_stamp(folder) and set(ids) <= held[1]
+
+
 def erase_slots(folder: Path, ids: Iterable[str]) -> dict[str, int]:
     """Mark the slots of ``ids`` deleted and zero their vectors, zero the vectors of slots already marked
     deleted, fsync; then drop ``ids`` from the id map. Idempotent: run again after a crash, it finds the
@@ -101,7 +134,8 @@ def erase_slots(folder: Path, ids: Iterable[str]) -> dict[str, int]:
     count, size = head["count"], head["size"]
     if data_file.stat().st_size < count * size:
         raise NotInPlace("data_level0.bin is shorter than its header says")
-    ids = [i for i in ids if i in id_map["id_to_label"]]
+    asked = list(ids)
+    ids = [i for i in asked if i in id_map["id_to_label"]]
     erased_labels = {int(id_map["id_to_label"][i]) for i in ids}
     slots = np.memmap(data_file, dtype=np.uint8, mode="r+", shape=(count, size))
     try:
@@ -133,6 +167,7 @@ def erase_slots(folder: Path, ids: Iterable[str]) -> dict[str, int]:
             if isinstance(id_map.get("id_to_seq_id"), dict):
                 id_map["id_to_seq_id"].pop(i, None)
         write_id_map(folder, id_map)
+    _remember_absent(folder, asked)  # the map now on disk holds none of them
     return {"slots_marked": int(newly_marked.sum()), "vectors_zeroed": len(nonzero), "ids_dropped": len(ids)}
 
 

@@ -17,6 +17,7 @@ from tombstone.receipt.sealing import load_public as load_auditor_key
 from tombstone.lineage.postgres import redact_dsn
 from tombstone.receipt.files import receipt_file_name
 from tombstone.saga import RetryPolicy, Saga, SagaContext, run_batch
+from tombstone.saga.engine import create_deferred
 
 
 def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None = None, *,
@@ -207,9 +208,11 @@ class Tombstone:
         try:
             for subject in subjects:
                 if self.lineage.has_artifacts(self.lineage.subject_key(subject)):
-                    sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores))
+                    sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores,
+                                            defer_create=True))
                 else:
-                    sagas.append(Saga.start_unknown(self.context, subject))
+                    sagas.append(Saga.start_unknown(self.context, subject, defer_create=True))
+            create_deferred(self.context, sagas)  # the new ones, recorded together
         except BaseException:
             for saga in sagas:
                 saga.lock.release()

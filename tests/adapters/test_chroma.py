@@ -542,6 +542,8 @@ def test_the_logical_probe_asks_the_wrapper_only_where_the_raw_search_found_the_
     """With nothing flagged the wrapper's query is the collection's same call, filtered: the probe asks it only
     the queries whose raw results held the artifact. Control: a live artifact is returned by both searches
     (the wrapper is still asked where it matters); while flagged, every probe vector goes through it."""
+    from tombstone_adapters.chroma import inplace
+
     mine = write(ctomb, "alice", 3)
     write(ctomb, "bob", 30)
     arts = [ctomb.lineage.artifact("vectors", i) for i in mine]
@@ -558,11 +560,58 @@ def test_the_logical_probe_asks_the_wrapper_only_where_the_raw_search_found_the_
         assert r.evidence["wrapper_searches"] == "every probe vector"
         assert not any(p.startswith("wrapper.") for p in r.evidence["returned_by"])
         assert any(p.startswith("raw.top40") for p in r.evidence["returned_by"])
+    adapter.reclaim(arts)
+    inplace._ABSENT.clear()  # as in a process that did not run the reclaim: the probe searches
+    for r in ChromaAdapter("vectors", ctomb.config.stores["vectors"].options).probe_logical(arts, vectors).values():
+        assert r.passed and r.evidence["wrapper_searches"].startswith("where the raw search"), r.evidence
+
+
+def test_after_its_own_reclaim_a_small_probe_does_not_search_ids_the_id_map_no_longer_holds(ctomb):
+    """One subject's probe searches its probe vectors (reading the whole id map would cost more), except where
+    this process's own reclaim wrote the id map without the subject's ids and the file is unchanged since:
+    then no search, which would load the whole HNSW index, is run. Controls: before the erasure every
+    artifact is searched and found; once the id map file is written again (as another writer would), the
+    probe searches again; an erased id written again is searched and found."""
+    from tombstone_adapters.chroma import inplace
+
+    mine, theirs, arts, _ = in_place_store(ctomb)
+    vectors = ctomb.lineage.probe_vectors(arts)
+    options = ctomb.config.stores["vectors"].options
+    before = ChromaAdapter("vectors", options).probe_logical(arts, vectors)
+    assert all(not r.passed and "nearest_neighbours" not in r.evidence for r in before.values())
     receipt, _ = ctomb.erase("alice")
     for entry in receipt["artifacts"]:
-        assert entry["status"] == "VERIFIED"
         logical = next(p for p in entry["evidence"]["probes"] if p["level"] == "logical")
-        assert logical["passed"] and logical["detail"]["wrapper_searches"].startswith("where the raw search")
+        assert entry["status"] == "VERIFIED" and logical["detail"]["nearest_neighbours"].startswith("not searched")
+    searched = []
+    probe = ChromaAdapter("vectors", options)
+    real = probe._searcher
+
+    def counting(target):
+        search = real(target)
+
+        def wrapped(vectors, k):
+            searched.append(len(vectors))
+            return search(vectors, k)
+        return wrapped
+
+    probe._searcher = counting
+    unchanged = probe.probe_logical(arts, vectors)
+    assert searched == [] and all(r.passed and r.evidence["nearest_neighbours"].startswith("not searched")
+                                  for r in unchanged.values())
+    # control: the id map written again (the same content, a new file): not known any more, so searched
+    [seg] = [store_dir(ctomb) / s for s, scope in probe._segments().items() if scope == "VECTOR"]
+    inplace.write_id_map(seg, inplace.read_id_map(seg))
+    rewritten = probe.probe_logical(arts, vectors)
+    assert searched and all(r.passed and "nearest_neighbours" not in r.evidence for r in rewritten.values())
+    # control: an erased id written again is named by the metadata segment, searched and found
+    inplace.erase_slots(seg, mine)  # known again: the map holds none of them
+    col = chromadb.PersistentClient(path=str(store_dir(ctomb))).get_collection("docs")
+    col.add(ids=[mine[0]], embeddings=[vectors[mine[0]][0].tolist()], documents=["written again"])
+    again = ChromaAdapter("vectors", options).probe_logical(arts, vectors)
+    assert not again[mine[0]].passed and "nearest_neighbours" not in again[mine[0]].evidence
+    assert all(again[a].passed and again[a].evidence["nearest_neighbours"].startswith("not searched")
+               for a in mine[1:])
 
 
 def test_a_batch_searches_only_ids_the_collection_can_still_name(ctomb, monkeypatch):

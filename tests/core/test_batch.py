@@ -267,3 +267,56 @@ def test_each_stores_matcher_is_started_before_its_reclaim_and_used_by_its_probe
     assert len(prepared) >= 3, events  # the stores with a physical probe: prepared just before their reclaim
     assert not [e for e in events if e == ("build", threading.current_thread().name)], events
     assert physical._last.patterns is None and scanner.kept() == 0
+
+
+def test_a_batch_records_its_new_sagas_in_one_transaction_and_reads_back_what_it_journaled(tmp_path, monkeypatch):
+    """The batch's new sagas are recorded together (one commit, under the receipt-names lock until then): a
+    failure while recording them records none. What a saga reads back of the steps it journaled itself comes
+    from memory, and is what the journal gives back."""
+    import pytest
+
+    from tombstone.saga import Saga, run_batch
+    from tombstone.saga.engine import create_deferred
+
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--subjects", "4", "--erase", "none").exit_code == 0
+    subjects = ["user-0001", "user-0002", "user-0003"]
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        ctx, lineage = tomb.context, tomb.lineage
+        sagas = [Saga.start(ctx, s, defer_create=True) for s in subjects]
+        assert lineage.sagas("running") == []  # not recorded until create_deferred
+        real, made = lineage.create_saga, []
+
+        def failing_third(*args, **kwargs):
+            made.append(args[0])
+            if len(made) == 3:
+                raise OSError("disk full")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(lineage, "create_saga", failing_third)
+        with pytest.raises(OSError):
+            create_deferred(ctx, sagas)
+        assert len(made) == 3 and lineage.sagas("running") == []  # the first two were rolled back with it
+        assert all(s._creation is not None for s in sagas)
+        monkeypatch.setattr(lineage, "create_saga", real)
+
+        commits = []
+        lineage._conn.set_trace_callback(lambda sql: commits.append(sql) if sql.strip() == "COMMIT" else None)
+        create_deferred(ctx, sagas)
+        lineage._conn.set_trace_callback(None)
+        assert len(commits) == 1, commits
+        running = {row["saga_id"]: row["out_path"] for row in lineage.sagas("running")}
+        assert running == {s.saga_id: s.out_path for s in sagas}
+        assert len(set(running.values())) == 3
+        with lineage.receipt_names_lock(wait=0):  # released: another process could take it now
+            pass
+
+        results = run_batch(sagas)
+        assert [r["subject"] for r, _ in results] == subjects
+        checked = 0
+        for saga in sagas:
+            assert saga._ended  # every step's result came from memory
+            for (step, target), detail in saga._ended.items():
+                assert lineage.step_result(saga.saga_id, step, target) == detail, (step, target)
+                checked += 1
+        assert checked >= 3 * 4  # plan, and snapshot/suppress/reclaim/verify of each store

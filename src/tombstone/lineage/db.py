@@ -172,6 +172,8 @@ class LineageDB:
         self.worker = ""
         """Who runs this process's steps, as journaled next to each step (set by ``tombstone worker``)."""
         self._depth = 0
+        self._holding: dict[str, int] = {}
+        """Named locks (``_held``) this instance holds, with how deep: taken again inside, they are not waited for."""
 
     @staticmethod
     def exists(target: str | Path) -> bool:
@@ -236,15 +238,24 @@ class LineageDB:
 
     @contextlib.contextmanager
     def _held(self, name: str, what: str, wait: float) -> Iterator[None]:
+        if self._holding.get(name):  # taken again inside its own block (a batch creating its sagas together)
+            self._holding[name] += 1
+            try:
+                yield
+            finally:
+                self._holding[name] -= 1
+            return
         lock = self._lock(name)
         deadline = time.monotonic() + wait
         while not lock.try_acquire():
             if time.monotonic() >= deadline:
                 raise LineageError(f"{what} stayed locked by {lock.owner()} for {wait:.0f}s")
             time.sleep(0.02)
+        self._holding[name] = 1
         try:
             yield
         finally:
+            self._holding[name] = 0
             lock.release()
 
     # -- transactions -------------------------------------------------------------------------

@@ -86,11 +86,16 @@ class Saga:
         self.continued = False
         """True when :meth:`start_artifacts` returned an unfinished saga of the same reference instead of a
         new one (run it, then start again)."""
+        self._creation: tuple[str | None, dict[str, Any]] | None = None
+        """(out path, plan) of a saga started with ``defer_create`` and not yet recorded (``create_deferred``)."""
+        self._ended: dict[tuple[str, str], Any] = {}
+        """What this process journaled as the end of each step, by (step, target): read back from here rather
+        than decoded from the journal again (a batch's receipts would otherwise parse every verdict twice)."""
 
     @classmethod
     def start(cls, owner: Any, subject: str, out_path: str | None = None,
               artifacts: list[tuple[str, str]] | None = None, wait: float = 0.0,
-              allow_missing: Sequence[str] = ()) -> "Saga":
+              allow_missing: Sequence[str] = (), defer_create: bool = False) -> "Saga":
         """Start an erasure, or continue the unfinished one for the same subject.
 
         ``owner`` is a SagaContext or an open Tombstone. ``artifacts`` limits the erasure to some
@@ -98,7 +103,8 @@ class Saga:
         subject's artifact — raises ScopeViolationError. Every store in scope must be configured and
         served by an installed adapter, or the saga does not start (ConfigError, AdapterNotFoundError);
         stores named in ``allow_missing`` (deliberately removed) are erased without, and their artifacts
-        end UNVERIFIED(no adapter).
+        end UNVERIFIED(no adapter). With ``defer_create``, a new saga is recorded only by
+        :func:`create_deferred` (a batch records all of its new sagas in one transaction).
         """
         ctx = _context(owner)
         if not subject or not subject.strip():
@@ -122,7 +128,7 @@ class Saga:
         lock = SubjectLock(ctx.lineage, key)
         lock.acquire(subject=subject, wait=wait)
         try:
-            return cls._start_locked(ctx, subject, key, scope, out_path, lock, frozenset(allow_missing))
+            return cls._start_locked(ctx, subject, key, scope, out_path, lock, frozenset(allow_missing), defer_create)
         except BaseException:
             lock.release()
             raise
@@ -217,9 +223,9 @@ class Saga:
             raise
 
     @classmethod
-    def start_unknown(cls, owner: Any, subject: str) -> "Saga":
+    def start_unknown(cls, owner: Any, subject: str, defer_create: bool = False) -> "Saga":
         """A saga for a subject the lineage db records nothing for: its receipt says so, signed and chained,
-        so a batch can account for every subject it was given."""
+        so a batch can account for every subject it was given. ``defer_create`` as for :meth:`start`."""
         ctx = _context(owner)
         if not subject or not subject.strip():
             raise UnknownSubjectError("subject reference is empty")
@@ -231,14 +237,18 @@ class Saga:
             if running is not None:
                 return cls(ctx, running["saga_id"], subject, running["out_path"], lock)
             saga_id = str(uuid.uuid4())
-            stored = create_saga(ctx, saga_id, subject, None, plan={"artifacts": []})
-            return cls(ctx, saga_id, subject, stored, lock)
+            saga = cls(ctx, saga_id, subject, None, lock)
+            saga._creation = (None, {"artifacts": []})
+            if not defer_create:
+                create_deferred(ctx, [saga])
+            return saga
         except BaseException:
             lock.release()
             raise
 
     @classmethod
-    def _start_locked(cls, ctx: SagaContext, subject, key, scope, out_path, lock, allow_missing) -> "Saga":
+    def _start_locked(cls, ctx: SagaContext, subject, key, scope, out_path, lock, allow_missing,
+                      defer_create: bool = False) -> "Saga":
         running = ctx.lineage.running_saga(key)
         if running is not None:
             saga = cls(ctx, running["saga_id"], subject, running["out_path"], lock)
@@ -255,10 +265,11 @@ class Saga:
         # The plan is journaled with the saga itself, in one transaction: the set of artifacts is fixed for
         # the saga's life, so a resume works on exactly what a clean run would have, even if the app
         # wrote more in between, and no crash can leave a saga without its plan.
-        stored = create_saga(ctx, saga_id, subject, out_path,
-                             plan={"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
-        kill_point("saga:create:done")
-        return cls(ctx, saga_id, subject, stored, lock)
+        saga = cls(ctx, saga_id, subject, None, lock)
+        saga._creation = (out_path, {"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
+        if not defer_create:
+            create_deferred(ctx, [saga])
+        return saga
 
     @classmethod
     def resume(cls, owner: Any, saga_id: str, wait: float = 0.0) -> "Saga":
@@ -276,8 +287,20 @@ class Saga:
 
     # -- driver -------------------------------------------------------------------------------
 
+    def step_result(self, step: str, target: str = "") -> dict[str, Any] | None:
+        """The detail journaled when the step ended (``LineageDB.step_result``), or None if it never ended.
+        What this process journaled itself is returned as it was handed to the journal; the test suite checks
+        that it equals what the journal gives back."""
+        key = (step, target)
+        if key not in self._ended:
+            result = self.lineage.step_result(self.saga_id, step, target)
+            if result is None:
+                return None
+            self._ended[key] = result
+        return self._ended[key]
+
     def _plan(self) -> list[ArtifactRecord]:
-        plan = self.lineage.step_result(self.saga_id, "plan")
+        plan = self.step_result("plan")
         if plan is None:
             raise SagaError(f"saga {self.saga_id} has no plan; it cannot be resumed")
         self.scope = {(store, aid): why for store, aid, why in plan["artifacts"]}
@@ -475,20 +498,20 @@ class Saga:
         saga = self.lineage.saga(self.saga_id)
         entries = []
         for store, arts in groups.items():
-            sup = self.lineage.step_result(self.saga_id, "suppress", store) or {}
-            rec = self.lineage.step_result(self.saga_id, "reclaim", store) or {}
-            ver = (self.lineage.step_result(self.saga_id, "verify", store) or {}).get("artifacts", {})
+            sup = self.step_result("suppress", store) or {}
+            rec = self.step_result("reclaim", store) or {}
+            ver = (self.step_result("verify", store) or {}).get("artifacts", {})
             for art in arts:
                 entries.append(artifact_entry(art, ver[art.artifact_id],
                                               scope=self.scope.get((art.store, art.artifact_id), "owned"),
                                               suppression=sup, reclaim=rec, auditors=self.ctx.auditors))
-        plan = self.lineage.step_result(self.saga_id, "plan") or {}
+        plan = self.step_result("plan") or {}
         store_reclaim = None
         if plan.get("kind") == STORE_RECLAIM_KIND:
             store = plan["store"]
-            store_reclaim = {"store": store, **(self.lineage.step_result(self.saga_id, "reclaim-store", store) or {}),
-                             "before": self.lineage.step_result(self.saga_id, "scan-before", store).get("scan"),
-                             "after": self.lineage.step_result(self.saga_id, "scan-after", store).get("scan")}
+            store_reclaim = {"store": store, **(self.step_result("reclaim-store", store) or {}),
+                             "before": self.step_result("scan-before", store).get("scan"),
+                             "after": self.step_result("scan-after", store).get("scan")}
         body = receipt_body(subject=self.subject, saga_id=self.saga_id, sequence=(head[0] if head else 0) + 1,
                             started_at=saga["started_at"], finished_at=iso(self.ctx.clock()), entries=entries,
                             previous_receipt_hash=head[1] if head else None,
@@ -619,6 +642,21 @@ def create_saga(ctx: SagaContext, saga_id: str, subject: str, out_path: str | No
     return stored
 
 
+def create_deferred(ctx: SagaContext, sagas: Sequence["Saga"], chunk: int = 256) -> None:
+    """Record the sagas started with ``defer_create`` (with their plans and receipt files), up to ``chunk`` in
+    one transaction, under the receipt-names lock until it commits: one commit for a batch's new sagas rather
+    than one each. A failure records none of the chunk."""
+    waiting = [s for s in sagas if s._creation is not None]
+    for start in range(0, len(waiting), chunk):
+        part = waiting[start : start + chunk]
+        # the lock is held until the transaction commits: no other process chooses a name the batch has chosen
+        with ctx.lineage.receipt_names_lock(), ctx.lineage.atomic():
+            stored = [create_saga(ctx, s.saga_id, s.subject, *s._creation) for s in part]
+        for s, out in zip(part, stored):
+            s.out_path, s._creation = out, None
+            kill_point("saga:create:done")
+
+
 def preflight(ctx: SagaContext, stores: set[str], allow_missing: frozenset[str] = frozenset()) -> None:
     """Open every store a new saga will touch; a config mistake stops it before anything changes.
 
@@ -679,7 +717,7 @@ def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[li
     journals ``begin`` before and its own ``end`` after. The kill points are the same whether one saga
     or a batch runs the step.
     """
-    pending = [s for s in sagas if s.lineage.step_result(s.saga_id, step, target) is None]
+    pending = [s for s in sagas if s.step_result(step, target) is None]
     if not pending:
         return
     point = f"saga:{step}:{target or '-'}"
@@ -690,6 +728,8 @@ def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[li
     results = action(pending)
     kill_point(f"{point}:acted")
     lineage.journal_many([(s.saga_id, step, target, "end", results[s.saga_id]) for s in pending])
+    for s in pending:
+        s._ended[(step, target)] = results[s.saga_id]
     kill_point(f"{point}:done")
 
 
@@ -737,7 +777,7 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
             return [a for s in pending for a in plans[s.saga_id][store]]
 
         def previous(pending: list[Saga], step: str, store: str) -> dict[str, Any]:
-            return pending[0].lineage.step_result(pending[0].saga_id, step, store) or {}
+            return pending[0].step_result(step, store) or {}
 
         def snapshot(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
             def act(pending: list[Saga]) -> dict[str, Any]:
@@ -780,7 +820,7 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
             return act
 
         for s in sagas:
-            plan = s.lineage.step_result(s.saga_id, "plan") or {}
+            plan = s.step_result("plan") or {}
             if plan.get("kind") == STORE_RECLAIM_KIND:
                 _store_reclaim_steps(s, plan["store"])
         # Each store's physical probe's patterns and matcher are made ready from its reclaim on
