@@ -415,7 +415,7 @@ def section(result: dict) -> str:
               " not pay it again, while a long-lived process pays it again after another process's commit, such"
               " as the app's next write) and the physical probe's read of the files.",
               "", "Batches: a batch shares one suppression, one reclaim and one read of the files; each subject"
-              " still has its own saga, journal rows and signed receipt in the chain (its journal written with the"
+              " still has its own saga, journal rows and signed receipt in the chain (the batch's new sagas recorded in one transaction; its journal written with the"
               " batch's in one transaction per step; the batch's receipts signed in chain order, written, then"
               " sealed in one transaction with one checkpoint of the lineage db's log), some tens of milliseconds"
               " each, which is most of a batch's cost where one subject's erase is cheap (small stores) and less of"
@@ -430,7 +430,7 @@ def section(result: dict) -> str:
               " points); the erasure's flag and its delete are one transaction each. A batch's logical probe on Chroma first reads which of its ids the"
               " collection can still name (the vector segment's id map, the metadata segment's rows and its queued"
               " writes; a search names every result through that id map) and searches only those, as FAISS and"
-              " Qdrant do; one subject's probe searches its few hundred probe vectors without that read.",
+              " Qdrant do; one subject's probe searches its few hundred probe vectors without that read, except right after its own reclaim: the id map that reclaim wrote, still unchanged, holds none of them, so nothing is searched and the search's load of the whole HNSW index is not paid.",
               "", "Chroma: the suppression writes the flag into the metadata segment's table, in one transaction"
               " (through Chroma's client it would first load the whole HNSW index into memory). The in-place"
               " reclaim deletes the records' rows on a `secure_delete` connection, marks and zeroes their HNSW slots"

@@ -403,6 +403,26 @@ class QdrantAdapter(QdrantHooks, Adapter):
             if offset is None:
                 return out
 
+    def listing(self) -> tuple[set[str], frozenset[str]]:
+        """``payload_ids()`` and ``flagged()`` from one unfiltered read of the collection: the payload id and
+        the flag of every live point. Local mode evaluates a filter in Python over every point, so the
+        filtered read ``flagged`` makes costs as much as this whole listing; a point is flagged as the filter
+        on the flag would match it (``True``, or a list holding ``True``; a bool matches only a bool)."""
+        ids: set[str] = set()
+        flagged: set[str] = set()
+        offset = None
+        while True:
+            points, offset = self.client.scroll(self.name, limit=_LISTING_PAGE, offset=offset,
+                                                with_payload=models.PayloadSelectorInclude(include=[ID_KEY, SUPPRESSED]))
+            for p in points:
+                carried = carried_ids(p)
+                ids |= carried
+                flag = (p.payload or {}).get(SUPPRESSED)
+                if flag is True or (isinstance(flag, list) and any(v is True for v in flag)):
+                    flagged |= carried or {str(p.id)}
+            if offset is None:
+                return ids, frozenset(flagged)
+
     def flagged(self) -> frozenset[str]:
         """Artifact ids whose point carries the suppression flag (one filtered scroll of the collection)."""
         flag = models.Filter(must=[models.FieldCondition(key=SUPPRESSED, match=models.MatchValue(value=True))])
@@ -420,7 +440,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
         # The wrapper as an app with the lineage db reads: the hidden ids (here: the flagged ones, read once)
         # post-filtered with oversampling, and the flag checked on every point returned. A view with no
         # hidden set would filter on the flag inside every query, which local mode does over every point.
-        flagged = self.flagged()
+        listed, flagged = self.listing()  # every live point's payload id and flag, read once
         view = TombstoneQdrant(self.client, self.name, lineage=None, store=self.store, hidden=FixedHidden(flagged))
         probe_vectors = probe_vectors or {}
         info = self.client.get_collection(self.name)
@@ -433,7 +453,6 @@ class QdrantAdapter(QdrantHooks, Adapter):
         # and the filtered reads are asked only for the ids that listing found (a filter on the id reads the
         # same payload key, so for the others it can match nothing).
         ids = [a.artifact_id for a in artifacts]
-        listed = self.payload_ids()
         found: dict[str, set[str]] = {name: set() for name in ("raw.retrieve", "raw.scroll()", "raw.scroll(where id)",
                                                                 "wrapper.retrieve", "wrapper.scroll(where id)",
                                                                 "wrapper.count(where id)")}

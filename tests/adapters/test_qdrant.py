@@ -398,6 +398,31 @@ def test_the_logical_probe_asks_the_wrapper_only_where_the_raw_search_found_the_
         assert entry["status"] == "VERIFIED" and logical["detail"]["nearest_neighbours"].startswith("not searched")
 
 
+def test_one_listing_gives_the_payload_ids_and_the_flagged_ids_the_filtered_reads_give(qtomb):
+    """The probe reads every live point's payload id and flag in one unfiltered scroll; what it counts as
+    flagged is what the filter on the flag matches (local mode's own evaluation is the reference): the flag
+    set by a suppression, a list holding True, a flagged point that carries no id (named by its point id);
+    not an integer 1, a string "true" or a list without True."""
+    from tombstone_adapters.qdrant import SUPPRESSED
+    from tombstone_adapters.qdrant.wrapper import ID_KEY
+
+    mine = write(qtomb, "alice", 3)
+    write(qtomb, "bob", 5)
+    adapter = qtomb.adapter("qd")
+    adapter.suppress([qtomb.lineage.artifact("qd", i) for i in mine[:2]])
+    odd = {"odd-list": [False, True], "odd-int": 1, "odd-str": "true", "odd-nolist": [False, 0]}
+    client = adapter.client
+    client.upsert("chunks", points=[models.PointStruct(id=point_id(name), vector=list(np.ones(DIM) / DIM ** 0.5),
+                                                       payload={ID_KEY: [name, name + "-also"], SUPPRESSED: flag})
+                                    for name, flag in odd.items()]
+                  + [models.PointStruct(id=point_id("no-id"), vector=list(np.ones(DIM) / DIM ** 0.5),
+                                        payload={SUPPRESSED: True})])
+    ids, flagged = adapter.listing()
+    assert ids == adapter.payload_ids() and flagged == adapter.flagged()
+    assert set(mine[:2]) | {"odd-list", "odd-list-also", str(point_id("no-id"))} == flagged  # control: not empty
+    assert {"odd-int", "odd-str", "odd-nolist", mine[2]}.isdisjoint(flagged)
+
+
 def test_the_logical_probe_searches_only_ids_a_live_point_still_carries(qtomb):
     """Every search the probe runs names a point by its payload id, and the probe's filtered scroll reads that
     key on every live point: an erased artifact no point carries is not searched, with the verdicts a search of
