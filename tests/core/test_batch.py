@@ -255,12 +255,25 @@ def test_each_stores_matcher_is_started_before_its_reclaim_and_used_by_its_probe
         events.append(("build", threading.current_thread().name))
         return real_matcher(patterns)
 
+    computed: dict[str, list] = {}
+    real_patterns = physical._patterns
+
+    def computing(adapter, arts):
+        got = real_patterns(adapter, arts)
+        seen = computed.setdefault(adapter.store, [])
+        if not any(got[1] is earlier for earlier in seen):  # computed anew, not the kept ones
+            seen.append(got[1])
+        return got
+
     monkeypatch.setattr(scanner, "prepare", preparing)
     monkeypatch.setattr(Saga, "_reclaim", reclaiming)
     monkeypatch.setattr(scanner, "_Matcher", building)
+    monkeypatch.setattr(physical, "_patterns", computing)
     with Tombstone.open(root / "tombstone.toml") as tomb:
         got = [statuses(r) for r, _ in tomb.erase_many(subjects)]
     assert got == expected
+    # each store's patterns are computed once, at its reclaim, though other stores' come in between
+    assert len(computed) >= 3 and {store: len(seen) for store, seen in computed.items()} == dict.fromkeys(computed, 1)
     reclaims = [i for i, e in enumerate(events) if e[0] == "reclaim"]
     assert len(reclaims) >= 3
     prepared = [i for i in reclaims if any(e[0] == "prepare" for e in events[i - 2 : i])]

@@ -82,19 +82,29 @@ def store_root(files: Iterable[Any]) -> str | None:
 
 
 def _patterns(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> tuple[dict[str, dict[str, bytes]], dict[str, bytes]]:
-    """Each artifact's patterns, and all of them keyed for the scan. Kept for the next call in this thread with
-    the same adapter and the very same records (a reclaim that scans, then the verification's stages), until
-    the verification ends (:func:`prepared`): records are frozen, so the same objects give the same patterns."""
+    """Each artifact's patterns, and all of them keyed for the scan. Kept, per adapter (up to ``KEEP``), for the
+    next call in this thread with the same adapter and the very same records (a reclaim that scans, then the
+    verification's stages; in a batch over several stores, each store's from its reclaim to its verification),
+    until that verification ends (:func:`prepared`): records are frozen, so the same objects give the same
+    patterns."""
     memo = getattr(_last, "patterns", None)
-    if (memo is not None and memo[0] is adapter and len(memo[1]) == len(artifacts)
-            and all(a is b for a, b in zip(memo[1], artifacts))):
-        return memo[2], memo[3]
+    if memo is None:
+        memo = _last.patterns = {}
+    held = memo.get(id(adapter))
+    if (held is not None and held[0] is adapter and len(held[1]) == len(artifacts)
+            and all(a is b for a, b in zip(held[1], artifacts))):
+        return held[2], held[3]
     per_artifact = {art.artifact_id: adapter.physical_patterns(art) for art in artifacts}
     patterns = {f"{kind}\x00{aid}": pattern for aid, pats in per_artifact.items() for kind, pattern in pats.items()}
-    _last.patterns = (adapter, list(artifacts), per_artifact, patterns)
+    memo.pop(id(adapter), None)
+    memo[id(adapter)] = (adapter, list(artifacts), per_artifact, patterns)
+    while len(memo) > KEEP:
+        memo.pop(next(iter(memo)))
     return per_artifact, patterns
 
 
+KEEP = 8
+"""How many adapters' patterns a thread keeps at once (as many as the scanner keeps matchers)."""
 _last = threading.local()
 
 
@@ -123,8 +133,11 @@ def prepared(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> contextlib.Ab
             # Nothing of the artifacts (their ids, their fingerprints' bytes) is kept past their verification.
             # Blocks nest (a batch prepares a store from its reclaim on, and its verification prepares it
             # again): the matchers go when the outermost one ends.
-            _last.patterns = None
+            memo = getattr(_last, "patterns", None)
+            if memo:
+                memo.pop(id(adapter), None)
             if last:
+                _last.patterns = None
                 scanner.forget()
 
     return block()
