@@ -390,24 +390,13 @@ class QdrantAdapter(QdrantHooks, Adapter):
                     out[aid] = np.asarray(p.vector, dtype=np.float32)
         return out
 
-    def payload_ids(self) -> set[str]:
-        """The payload id (string, or each string of a list) of every live point: one unfiltered read of the
-        collection, in large pages (local mode sorts every point id on each scroll call)."""
-        out: set[str] = set()
-        offset = None
-        while True:
-            points, offset = self.client.scroll(self.name, limit=_LISTING_PAGE, offset=offset,
-                                                with_payload=models.PayloadSelectorInclude(include=[ID_KEY]))
-            for p in points:
-                out |= carried_ids(p)
-            if offset is None:
-                return out
-
     def listing(self) -> tuple[set[str], frozenset[str]]:
-        """``payload_ids()`` and ``flagged()`` from one unfiltered read of the collection: the payload id and
-        the flag of every live point. Local mode evaluates a filter in Python over every point, so the
-        filtered read ``flagged`` makes costs as much as this whole listing; a point is flagged as the filter
-        on the flag would match it (``True``, or a list holding ``True``; a bool matches only a bool)."""
+        """The payload ids (string, or each string of a list) of every live point, and those of the flagged
+        ones (a flagged point with no payload id by its point id), from one unfiltered read of the collection
+        in large pages (local mode sorts every point id on each scroll call). Local mode evaluates a filter in
+        Python over every point, so a filtered read of the flagged points would cost as much as this whole
+        listing; a point is flagged as the filter on the flag would match it (``True``, or a list holding
+        ``True``; a bool matches only a bool)."""
         ids: set[str] = set()
         flagged: set[str] = set()
         offset = None
@@ -422,19 +411,6 @@ class QdrantAdapter(QdrantHooks, Adapter):
                     flagged |= carried or {str(p.id)}
             if offset is None:
                 return ids, frozenset(flagged)
-
-    def flagged(self) -> frozenset[str]:
-        """Artifact ids whose point carries the suppression flag (one filtered scroll of the collection)."""
-        flag = models.Filter(must=[models.FieldCondition(key=SUPPRESSED, match=models.MatchValue(value=True))])
-        out: set[str] = set()
-        offset = None
-        while True:
-            points, offset = self.client.scroll(self.name, scroll_filter=flag, limit=_LISTING_PAGE, offset=offset,
-                                                with_payload=models.PayloadSelectorInclude(include=[ID_KEY]))
-            for p in points:
-                out |= carried_ids(p) or {str(p.id)}
-            if offset is None:
-                return frozenset(out)
 
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         # The wrapper as an app with the lineage db reads: the hidden ids (here: the flagged ones, read once)
