@@ -16,6 +16,7 @@ from tombstone.lineage.db import LineageDB
 from tombstone.receipt.sealing import load_public as load_auditor_key
 from tombstone.lineage.postgres import redact_dsn
 from tombstone.receipt.files import receipt_file_name
+from tombstone.gcpause import collector_paused
 from tombstone.saga import RetryPolicy, Saga, SagaContext, run_batch
 from tombstone.saga.engine import create_deferred
 
@@ -204,21 +205,22 @@ class Tombstone:
         subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
         if not subjects:
             raise UnknownSubjectError("no subjects given")
-        sagas = []
-        try:
-            for subject in subjects:
-                if self.lineage.has_artifacts(self.lineage.subject_key(subject)):
-                    sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores,
-                                            defer_create=True))
-                else:
-                    sagas.append(Saga.start_unknown(self.context, subject, defer_create=True))
-            create_deferred(self.context, sagas)  # the new ones, recorded together
-        except BaseException:
-            for saga in sagas:
-                saga.lock.release()
-            raise
-        sagas[0].progress = progress
-        return run_batch(sagas)
+        with collector_paused():  # the sagas' plans too: thousands of containers, freed by reference counting
+            sagas = []
+            try:
+                for subject in subjects:
+                    if self.lineage.has_artifacts(self.lineage.subject_key(subject)):
+                        sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores,
+                                                defer_create=True))
+                    else:
+                        sagas.append(Saga.start_unknown(self.context, subject, defer_create=True))
+                create_deferred(self.context, sagas)  # the new ones, recorded together
+            except BaseException:
+                for saga in sagas:
+                    saga.lock.release()
+                raise
+            sagas[0].progress = progress
+            return run_batch(sagas)
 
     def retry_dead_letters(self) -> list[tuple[dict[str, Any], Path]]:
         """Erase again every subject with an open dead letter (a new saga each); mark the letters retried."""

@@ -333,3 +333,91 @@ def test_a_batch_records_its_new_sagas_in_one_transaction_and_reads_back_what_it
                 assert lineage.step_result(saga.saga_id, step, target) == detail, (step, target)
                 checked += 1
         assert checked >= 3 * 4  # plan, and snapshot/suppress/reclaim/verify of each store
+
+
+def test_the_cycle_collector_is_held_off_while_sagas_run_and_restored_after(tmp_path, monkeypatch):
+    """A batch runs with Python's cycle collector off and leaves it as it found it: on after a batch that
+    succeeded or failed, off where the application had switched it off, and on only once the last of two
+    overlapping runs is out."""
+    import gc
+    import threading
+
+    import pytest
+
+    from tombstone.gcpause import collector_paused
+    from tombstone_adapters.chroma.adapter import ChromaAdapter
+
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--subjects", "4", "--erase", "none").exit_code == 0
+    seen = []
+    real = ChromaAdapter.reclaim
+
+    def watching(self, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChromaAdapter, "reclaim", watching)
+    assert gc.isenabled()
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        tomb.erase_many(["user-0001", "user-0002"])
+        assert seen and not any(seen) and gc.isenabled()  # one reclaim per Chroma store of the demo
+        seen.clear()
+
+        def failing(self, *args, **kwargs):
+            seen.append(gc.isenabled())
+            raise OSError("disk full")
+
+        monkeypatch.setattr(ChromaAdapter, "reclaim", failing)
+        with pytest.raises(Exception):
+            tomb.erase("user-0003")
+        assert seen == [False] and gc.isenabled()
+
+        gc.disable()
+        try:
+            monkeypatch.setattr(ChromaAdapter, "reclaim", watching)
+            tomb.resume()
+            assert len(seen) > 1 and not any(seen) and not gc.isenabled()  # the application's choice stands
+        finally:
+            gc.enable()
+
+    inside, release = threading.Event(), threading.Event()
+
+    def other_run():
+        with collector_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_run)
+    with collector_paused():
+        thread.start()
+        assert inside.wait(10)
+    assert not gc.isenabled()  # the other run is still inside
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+
+
+def test_a_batchs_receipts_take_the_receipt_names_lock_once(tmp_path, monkeypatch):
+    """Every saga of a batch confirms its receipt file under the receipt-names lock; the batch takes the file
+    lock once for all of them, not once per saga."""
+    from tombstone.lineage.locks import FileLock
+
+    root = tmp_path / "d"
+    assert run("demo", "--workdir", str(root), "--subjects", "6", "--erase", "none").exit_code == 0
+    taken = []
+    real = FileLock.try_acquire
+
+    def counting(self):
+        got = real(self)
+        if got and self.path.name == "receipt-names.lock":
+            taken.append(self.path)
+        return got
+
+    monkeypatch.setattr(FileLock, "try_acquire", counting)
+    subjects = [f"user-{n:04d}" for n in range(1, 6)]
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        results = tomb.erase_many(subjects)
+    assert [r["subject"] for r, _ in results] == subjects
+    assert all(path.exists() for _, path in results)
+    # once to record the new sagas, once for their receipts
+    assert len(taken) == 2, taken

@@ -36,6 +36,7 @@ from tombstone.errors import (
 from tombstone.capabilities import Capability
 from tombstone.capture import deferred
 from tombstone.faults import kill_point
+from tombstone.gcpause import collector_paused
 from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.receipt.signing import signed
@@ -692,7 +693,8 @@ def seal_receipts(items: Sequence[tuple[Saga, dict[str, list[ArtifactRecord]]]])
     receipts, rows = [], []
     # The chain has one head at a time: other sagas (other processes, other workers) wait here rather than
     # sign a receipt on a head that moves under them.
-    with lineage.chain_lock():
+    # The receipt-names lock, which each saga takes to confirm its file, is taken once here for the batch.
+    with lineage.chain_lock(), lineage.receipt_names_lock():
         head = lineage.chain_head()
         try:
             for saga, groups in items:
@@ -761,7 +763,13 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
 
     Every saga still journals its own steps (with its share of the result) and gets its own receipt, so a
     batch killed midway resumes saga by saga with plain ``tombstone resume``. Releases every subject lock.
+    Python's cycle collector is held off while it runs (``tombstone.gcpause``).
     """
+    with collector_paused():
+        return _run_batch(sagas)
+
+
+def _run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
     # Probe vectors this process still has queued (``tombstone.capture.deferred``) land before anything is
     # suppressed: after that they would be refused, the artifacts no longer being live.
     for problem in deferred.flush():
