@@ -195,6 +195,7 @@ class Tombstone:
                                           subject=subject)
         return subjects
 
+    @collector_paused()  # the sagas' plans too: thousands of containers, freed by reference counting
     def erase_many(self, subjects: list[str], *, allow_missing_stores: Sequence[str] = (),
                    progress: Callable[[str, str, int, int], None] | None = None,
                    ) -> list[tuple[dict[str, Any], Path]]:
@@ -205,22 +206,21 @@ class Tombstone:
         subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
         if not subjects:
             raise UnknownSubjectError("no subjects given")
-        with collector_paused():  # the sagas' plans too: thousands of containers, freed by reference counting
-            sagas = []
-            try:
-                for subject in subjects:
-                    if self.lineage.has_artifacts(self.lineage.subject_key(subject)):
-                        sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores,
-                                                defer_create=True))
-                    else:
-                        sagas.append(Saga.start_unknown(self.context, subject, defer_create=True))
-                create_deferred(self.context, sagas)  # the new ones, recorded together
-            except BaseException:
-                for saga in sagas:
-                    saga.lock.release()
-                raise
-            sagas[0].progress = progress
-            return run_batch(sagas)
+        sagas = []
+        try:
+            for subject in subjects:
+                if self.lineage.has_artifacts(self.lineage.subject_key(subject)):
+                    sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores,
+                                            defer_create=True))
+                else:
+                    sagas.append(Saga.start_unknown(self.context, subject, defer_create=True))
+            create_deferred(self.context, sagas)  # the new ones, recorded together
+        except BaseException:
+            for saga in sagas:
+                saga.lock.release()
+            raise
+        sagas[0].progress = progress
+        return run_batch(sagas)
 
     def retry_dead_letters(self) -> list[tuple[dict[str, Any], Path]]:
         """Erase again every subject with an open dead letter (a new saga each); mark the letters retried."""

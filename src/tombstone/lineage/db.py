@@ -173,9 +173,9 @@ class LineageDB:
         self.worker = ""
         """Who runs this process's steps, as journaled next to each step (set by ``tombstone worker``)."""
         self._depth = 0
-        self._holding: dict[str, tuple[int, int]] = {}
-        """Named locks (``_held``) this instance holds: the thread holding each and how deep. Taken again inside
-        its block by the same thread, a lock is not waited for."""
+        self._holding: dict[str, int] = {}
+        """Named locks (``_held``) this instance holds, with the thread holding each. Taken again inside its
+        block by the same thread, a lock is not waited for."""
 
     @staticmethod
     def exists(target: str | Path) -> bool:
@@ -241,13 +241,8 @@ class LineageDB:
     @contextlib.contextmanager
     def _held(self, name: str, what: str, wait: float) -> Iterator[None]:
         me = threading.get_ident()
-        held = self._holding.get(name)
-        if held is not None and held[0] == me:  # taken again inside its own block (a batch creating its sagas)
-            self._holding[name] = (me, held[1] + 1)
-            try:
-                yield
-            finally:
-                self._holding[name] = held
+        if self._holding.get(name) == me:  # taken again inside its own block (a batch creating its sagas)
+            yield
             return
         lock = self._lock(name)
         deadline = time.monotonic() + wait
@@ -255,7 +250,7 @@ class LineageDB:
             if time.monotonic() >= deadline:
                 raise LineageError(f"{what} stayed locked by {lock.owner()} for {wait:.0f}s")
             time.sleep(0.02)
-        self._holding[name] = (me, 1)
+        self._holding[name] = me
         try:
             yield
         finally:

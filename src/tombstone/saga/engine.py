@@ -757,6 +757,7 @@ def _store_reclaim_steps(saga: Saga, store: str) -> None:
     run_step([saga], "scan-after", store, scanned)
 
 
+@collector_paused()
 def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
     """Run sagas with one pass per store and step: one suppress call, one reclaim (one rewrite, one
     VACUUM) and one probe pass (one byte scan for all patterns) per store, for all of them.
@@ -765,11 +766,6 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
     batch killed midway resumes saga by saga with plain ``tombstone resume``. Releases every subject lock.
     Python's cycle collector is held off while it runs (``tombstone.gcpause``).
     """
-    with collector_paused():
-        return _run_batch(sagas)
-
-
-def _run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
     # Probe vectors this process still has queued (``tombstone.capture.deferred``) land before anything is
     # suppressed: after that they would be refused, the artifacts no longer being live.
     for problem in deferred.flush():
