@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 
@@ -230,3 +231,19 @@ def test_the_bytes_the_chain_stores_are_the_whole_receipts_canonical_form(signed
     again, data = sign_with_bytes(body, Ed25519PrivateKey.generate())
     assert data == canonical_bytes(again)
     assert again["receipt_hash"] == hash_of(signed_body(again)) and again["receipt_hash"] != receipt["receipt_hash"]
+
+
+def test_a_signature_changed_only_in_its_unused_base64_bits_is_refused(signed):
+    """The last character before the padding carries bits no byte uses: changing them decodes to the same
+    signature, but it is still a change to the receipt, and it is refused."""
+    receipt, public = signed
+    value = receipt["signature"]["value"]
+    assert value.endswith("==")
+    verify(receipt, public)  # the control: as signed, it verifies
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    last = alphabet.index(value[-3])
+    tampered = copy.deepcopy(receipt)
+    tampered["signature"]["value"] = value[:-3] + alphabet[last ^ 1] + "=="
+    assert base64.b64decode(tampered["signature"]["value"]) == base64.b64decode(value)
+    with pytest.raises(ReceiptError):
+        verify(tampered, public)

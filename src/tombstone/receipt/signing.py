@@ -181,7 +181,11 @@ def verify(receipt: dict[str, Any], public_key: Ed25519PublicKey) -> VerifiedRec
     if signature["key_id"] != expected_id:
         raise ReceiptError(f"receipt is signed by key {signature['key_id']}, not by the trusted key {expected_id}")
     try:
-        public_key.verify(base64.b64decode(signature["value"], validate=True), signed_body(receipt))
+        raw = base64.b64decode(signature["value"], validate=True)
+        if base64.b64encode(raw).decode("ascii") != signature["value"]:
+            # the unused low bits of the last character: another string that decodes to the same bytes
+            raise ValueError("signature is not in canonical base64")
+        public_key.verify(raw, signed_body(receipt))
     except (InvalidSignature, binascii.Error, ValueError) as exc:
         raise ReceiptError("receipt signature does not verify") from exc
     return VerifiedReceipt(recomputed, expected_id, receipt["previous_receipt_hash"])
