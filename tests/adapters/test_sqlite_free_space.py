@@ -230,3 +230,111 @@ def test_every_pages_free_space_is_zeroed_and_the_file_reads_the_same(tmp_path):
     assert not any(offsets(db, marker(i)) for i in erased)
     assert rows(db) == before
     assert inplace.zero_all_free_space(db)["pages_written"] == 0
+
+
+def messy_file(path: Path) -> tuple[Path, list[int]]:
+    """A file a client with ``secure_delete`` off filled, then deleted and rewrote rows in: freeblocks and
+    gaps left in pages still in use, pages on the freelist, rows large enough to spill onto overflow pages,
+    an index b-tree beside the table's. Returns the file and the ids whose marked bytes should go."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA secure_delete=OFF")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
+    conn.execute("CREATE INDEX t_body ON t(substr(body, 1, 24))")
+    big = [7, 77, 777]  # past a page: the rest of the row lies on overflow pages
+    conn.executemany("INSERT INTO t VALUES (?, ?)",
+                     [(i, marker(i) + os.urandom(9000 if i in big else 40 + i % 90)) for i in range(1500)])
+    erased = [i for i in range(1500) if i % 7 == 3] + list(range(600, 900)) + [77]
+    conn.executemany("DELETE FROM t WHERE id = ?", [(i,) for i in erased])
+    rewritten = list(range(1000, 1040))  # rewritten shorter: the old row's bytes are left behind
+    conn.executemany("UPDATE t SET body = ? WHERE id = ?", [(b"short-%04d" % i, i) for i in rewritten])
+    conn.close()
+    return path, erased + rewritten
+
+
+def free_bytes_left(path: Path) -> int:
+    """Bytes other than zero in the free space of the file's pages, each page parsed on its own with the
+    page parser ``zero_freed_space`` uses (b-tree pages: the gap and the freeblocks; freelist pages: past
+    their list): what the whole-file pass, which sorts pages out in bulk, must leave at zero."""
+    data = path.read_bytes()
+    page_size = int.from_bytes(data[16:18], "big")
+    pages = len(data) // page_size
+    free, trunk = {}, int.from_bytes(data[32:36], "big")
+    while trunk:
+        page = data[(trunk - 1) * page_size:trunk * page_size]
+        leaves = int.from_bytes(page[4:8], "big")
+        free[trunk] = 8 + 4 * leaves
+        for k in range(leaves):
+            free[int.from_bytes(page[8 + 4 * k:12 + 4 * k], "big")] = 0
+        trunk = int.from_bytes(page[:4], "big")
+    left = 0
+    for number in range(1, pages + 1):
+        page = data[(number - 1) * page_size:number * page_size]
+        if number in free:
+            regions = [(free[number], page_size)]
+        elif page[100 if number == 1 else 0] in (0x02, 0x05, 0x0A, 0x0D):
+            regions = inplace._free_regions(page, number, page_size)
+            assert regions is not None, number
+        else:
+            continue
+        left += sum(b - a - page.count(0, a, b) for a, b in regions)
+    return left
+
+
+@pytest.mark.parametrize("batch", [1, 3, 64, 4096])
+def test_the_whole_file_pass_leaves_no_free_byte_and_no_row_changed_whatever_its_batch(tmp_path, batch):
+    """The pass reads ``batch`` pages at a time and sorts them out in bulk; each page parsed on its own
+    afterwards holds nothing in its free space, every live row (overflow pages included) reads the same,
+    and the bytes written are the same whatever the batch."""
+    db, erased = messy_file(tmp_path / "t.sqlite3")
+    other = tmp_path / "copy.sqlite3"
+    other.write_bytes(db.read_bytes())
+    before = rows(db)
+    assert free_bytes_left(db) > 0  # control: the deletes and rewrites left bytes in free space
+    assert sum(1 for i in erased if offsets(db, marker(i))) > 100
+    counts = inplace.zero_all_free_space(db, batch=batch)
+    assert counts is not None and counts["pages_written"] > 0 and counts["free_pages"] > 0
+    assert counts["overflow_pages"] > 0 and counts["btree_pages"] + counts["free_pages"] + counts["overflow_pages"] == counts["pages"]
+    assert free_bytes_left(db) == 0
+    assert not any(offsets(db, marker(i)) for i in erased)
+    assert all(offsets(db, marker(i)) for i in (0, 1, 7, 1499))  # survivors, one (7) with overflow pages
+    assert rows(db) == before
+    # the same file before the pass, in one batch: the same bytes written
+    assert inplace.zero_all_free_space(other, batch=1 << 20)["pages_written"] == counts["pages_written"]
+    assert other.read_bytes() == db.read_bytes()
+    # single rows deleted from the middle of pages, now that every gap is zero: freeblocks that hold the
+    # rows' bytes, in pages whose gap holds nothing
+    scattered = [i for i in range(0, 600, 5) if i % 7 != 3 and i not in (0, 1)]
+    delete_without_secure_delete(db, scattered)
+    assert sum(1 for i in scattered if offsets(db, marker(i))) > 50  # control
+    assert inplace.zero_all_free_space(db, batch=batch)["pages_written"] > 0
+    assert free_bytes_left(db) == 0 and not any(offsets(db, marker(i)) for i in scattered)
+    assert rows(db) == {i: body for i, body in before.items() if i not in scattered}
+
+
+@pytest.mark.parametrize("lie", ["cell count past the page", "freeblock past the page", "freeblock loop",
+                                 "cell pointer into the gap"])
+def test_the_whole_file_pass_refuses_a_page_that_does_not_hold_together_and_writes_nothing(tmp_path, lie):
+    db, _ = messy_file(tmp_path / "t.sqlite3")
+    data = bytearray(db.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    # a leaf page of the table with a freeblock and bytes in its gap (the deletes left both)
+    number = next(n for n in range(2, len(data) // page_size + 1)
+                  if data[(n - 1) * page_size] == 0x0D and int.from_bytes(data[(n - 1) * page_size + 1:(n - 1) * page_size + 3], "big")
+                  and int.from_bytes(data[(n - 1) * page_size + 3:(n - 1) * page_size + 5], "big") >= 2)
+    at = (number - 1) * page_size
+    first_block = int.from_bytes(data[at + 1:at + 3], "big")
+    if lie == "cell count past the page":
+        data[at + 3:at + 5] = (page_size // 2).to_bytes(2, "big")
+    elif lie == "freeblock past the page":
+        data[at + 1:at + 3] = (page_size - 2).to_bytes(2, "big")
+    elif lie == "freeblock loop":
+        data[at + first_block:at + first_block + 2] = first_block.to_bytes(2, "big")
+    else:
+        cells = int.from_bytes(data[at + 3:at + 5], "big")
+        gap = 8 + 2 * cells
+        data[at + gap:at + gap + 4] = b"\xffGAP"  # something in the gap, so the page would be written
+        data[at + 8:at + 10] = (gap + 1).to_bytes(2, "big")
+    db.write_bytes(bytes(data))
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    assert inplace.zero_all_free_space(db) is None
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
