@@ -23,6 +23,7 @@ run), and a store whose adapter would send a credential of the auditor's to a ho
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 from tombstone.config import ENV_VAR, Config, load_config
 from tombstone.contract import Adapter, adapter_class
 from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, TombstoneError
-from tombstone.keys import PUBLIC_KEY, key_id, load_public_key
+from tombstone.keys import LINEAGE_SECRET, PUBLIC_KEY, SIGNING_KEY, key_id, load_private_key, load_public_key, public_pem
 from tombstone.lineage.guard import forbid_lineage
 from tombstone.receipt import load_receipt, verify
 from tombstone.receipt.signing import STORE_RECLAIM_KIND
@@ -130,8 +131,8 @@ def explicit_config_path(config_path: str | None) -> str | None:
 
 
 def trusted_key(key_path: str | None, config: Config | None) -> TrustedKey:
-    """The key given with ``--key`` (a public key; a private key is refused), else the one in the named
-    configuration's ``keys_dir``. KeyMaterialError when there is neither."""
+    """The key given with ``--key`` (a public key; a private key is refused), else the key of the named
+    configuration's deployment (:func:`deployment_key`). KeyMaterialError when there is neither."""
     if key_path:
         try:
             data = Path(key_path).read_bytes()
@@ -143,10 +144,51 @@ def trusted_key(key_path: str | None, config: Config | None) -> TrustedKey:
         return TrustedKey(load_public_key(Path(key_path)), f"--key {key_path}")
     if config is None:
         raise KeyMaterialError(NO_KEY)
-    path = config.keys_dir / PUBLIC_KEY
-    if not path.is_file():
-        raise KeyMaterialError(f"{NO_KEY} (the configuration {config.path} has no {path})")
-    return TrustedKey(load_public_key(path), f"the configuration {config.path} ({path})")
+    return deployment_key(config)
+
+
+def deployment_key(config: Config) -> TrustedKey:
+    """The public key of the deployment a configuration belongs to, when it is one.
+
+    A configuration names an operator's own deployment when ``tombstone init`` made it: its lineage db
+    exists beside the lineage secret, and its ``keys_dir`` holds the signing key whose public half is
+    ``signing.pub``. A stores-only configuration handed over in a bundle has none of these; a
+    ``keys/`` folder lying beside it is exactly what a forger would put there, so it is never used and the
+    caller must pass ``--key``. (The lineage db is not opened: the verifier may not open one.)"""
+    keys_dir = config.keys_dir
+    public_path = keys_dir / PUBLIC_KEY
+    missing = [str(path) for path in (keys_dir / LINEAGE_SECRET, keys_dir / SIGNING_KEY, public_path)
+               if not path.is_file()]
+    if not missing and not _looks_like_lineage_file(config):
+        missing.append(f"lineage db {config.lineage_db}" if not config.lineage_dsn
+                       else "lineage db file (its lineage db is on PostgreSQL, which the verifier does not connect to)")
+    if missing:
+        raise KeyMaterialError(
+            f"{NO_KEY}: {config.path} is not a deployment made by 'tombstone init' (no {missing[0]}), so no key"
+            " beside it is trusted")
+    public = load_public_key(public_path)
+    private = load_private_key(keys_dir)
+    if public_pem(private.public_key()) != public_pem(public):
+        raise KeyMaterialError(f"{NO_KEY}: {public_path} is not the public half of {keys_dir / SIGNING_KEY}"
+                               f" in {config.path}, so neither is trusted")
+    return TrustedKey(public, f"the deployment {config.path} (its {public_path}, the public half of the"
+                              " signing key beside its lineage db)")
+
+
+def _looks_like_lineage_file(config: Config) -> bool:
+    """Whether the configuration's lineage db is a SQLite file that is there (read as bytes: the verifier opens
+    no lineage db and connects to no server a configuration names)."""
+    if config.lineage_dsn:
+        return False
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(config.lineage_db, flags)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 16, 0) == b"SQLite format 3\x00"
+    finally:
+        os.close(fd)
 
 
 def _store_config(config_path: str | None) -> Config:
@@ -223,7 +265,7 @@ def audit(
             chain = check_chain(chain_receipts, anchor)
         auditor_key = load_auditor_private(auditor_key_path) if auditor_key_path else None
         rows = _reprobe(Receipt.parse(receipt), config, auditor_key, trust_config=trust_config)
-        rows += _rescan(receipt, config)
+        rows += _rescan(receipt, config, trust_config=trust_config)
     return AuditReport(str(receipt_path), "ok", chain, rows, trusted.describe())
 
 
@@ -234,9 +276,18 @@ def open_for_audit(store: str, backend: str, options: dict[str, Any], *, trust_c
     if not trust_config:
         destination = cls.credential_destination(store, options)
         if destination:
-            raise ConfigError(f"not probed: that would send {destination}, a host named by the configuration you"
-                              " were handed; pass --trust-config if you trust it", store=store)
+            raise ConfigError(f"not probed: {not_trusted(destination)}", store=store)
     return cls.open_read_only(store, options)
+
+
+def not_trusted(destination: str) -> str:
+    return (f"that would send {destination}, a host named by the configuration you were handed; pass"
+            " --trust-config if you trust it")
+
+
+def backend_mismatch(store: str, claimed: str, configured: str) -> str:
+    return (f"the receipt says store {store!r} is a {claimed} store, the configuration says {configured}:"
+            " not probed with the configuration's backend")
 
 
 def _patterns_note(entries: Sequence[ArtifactEntry], auditor_key: Any, opened: int) -> str | None:
@@ -264,8 +315,11 @@ def _reprobe(receipt: Receipt, config: Config, auditor_key: Any = None, *, trust
         adapter: Adapter | None = None
         problem = None
         cfg = config.stores.get(store)
+        claimed = {entry.backend for entry in entries} - {None, ""}
         if cfg is None:
             problem = f"store {store!r} is not in the configuration"
+        elif claimed and claimed != {cfg.backend}:
+            problem = backend_mismatch(store, "/".join(sorted(claimed)), cfg.backend)
         else:
             try:
                 adapter = open_for_audit(store, cfg.backend, cfg.options, trust_config=trust_config)
@@ -294,7 +348,7 @@ def _reprobe(receipt: Receipt, config: Config, auditor_key: Any = None, *, trust
     return rows
 
 
-def _rescan(receipt: dict[str, Any], config: Config) -> list[AuditRow]:
+def _rescan(receipt: dict[str, Any], config: Config, *, trust_config: bool = False) -> list[AuditRow]:
     """A store reclaim receipt's claim, re-checked: the store scanned again (read-only, ``tombstone scan``).
     A receipt that said nothing deleted was recoverable is contradicted by a scan that finds some now."""
     section = receipt.get("store_reclaim")
@@ -312,6 +366,13 @@ def _rescan(receipt: dict[str, Any], config: Config) -> list[AuditRow]:
     cfg = config.stores.get(store)
     if cfg is None:
         return [row("not checked", UNCHECKED, [f"scan: store {store!r} is not in the configuration"])]
+    claimed = str(section.get("backend"))
+    if cfg.backend != claimed:
+        return [row("not checked", UNCHECKED, [f"scan: {backend_mismatch(store, claimed, cfg.backend)}"])]
+    if not trust_config:
+        destination = adapter_class(cfg.backend).credential_destination(store, cfg.options)
+        if destination:
+            return [row("not checked", UNCHECKED, [f"scan: {not_trusted(destination)}"])]
     try:
         report = adapter_class(cfg.backend).scan_deleted(store, dict(cfg.options))
     except NotImplementedError as exc:

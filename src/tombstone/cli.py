@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tombstone.display import printable
 from tombstone.errors import ConfigError, ReceiptError, SagaError, TombstoneError, shown
 
 if TYPE_CHECKING:
@@ -35,14 +36,20 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except ReceiptError as exc:
-            click.echo(f"error: {_one_line(exc)}", err=True)
+            echo(f"error: {_one_line(exc)}", err=True)
             sys.exit(EXIT_FAILED)
         except TombstoneError as exc:
-            click.echo(f"error: {_one_line(exc)}", err=True)
+            echo(f"error: {_one_line(exc)}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
-            click.echo("interrupted; 'tombstone resume' finishes any erasure that was under way", err=True)
+            echo("interrupted; 'tombstone resume' finishes any erasure that was under way", err=True)
             sys.exit(EXIT_INTERRUPTED)
+
+
+def echo(message: Any = "", err: bool = False, **kwargs: Any) -> None:
+    """``click.echo`` for everything the CLI prints: control and bidirectional characters escaped, since
+    subjects, ids and messages can come from anyone (:func:`tombstone.display.printable`)."""
+    click.echo(printable(message) if message is not None else message, err=err, **kwargs)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -76,9 +83,9 @@ def init(home: str, lineage_dsn: str | None) -> None:
     if lineage_dsn is not None and not lineage_dsn.startswith(("postgresql://", "postgres://")):
         raise ConfigError("--lineage-dsn must be a postgresql:// DSN")
     config = init_deployment(home, lineage_dsn=lineage_dsn)
-    click.echo(f"config:      {config.path}")
-    click.echo(f"lineage db:  {redact_dsn(config.lineage_dsn) if config.lineage_dsn else config.lineage_db}")
-    click.echo(f"public key:  {config.keys_dir / PUBLIC_KEY}  (share it with auditors)")
+    echo(f"config:      {config.path}")
+    echo(f"lineage db:  {redact_dsn(config.lineage_dsn) if config.lineage_dsn else config.lineage_db}")
+    echo(f"public key:  {config.keys_dir / PUBLIC_KEY}  (share it with auditors)")
 
 
 @main.command()
@@ -103,20 +110,20 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
     try:
         refs = build_demo(workdir, names, subjects, force=force, via=via)
         root = Path(workdir)
-        click.echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})"
+        echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})"
                    + (f" through {via}" if via != "wrappers" else ""))
         if erase_subject == "none":
-            click.echo("nothing erased (--erase none)")
+            echo("nothing erased (--erase none)")
             return
         subject = erase_subject or refs[0]
         with Tombstone.open(root / "tombstone.toml") as tomb:
             receipt, path = tomb.erase(subject, progress=_progress())
-        click.echo(format_receipt(receipt))
-        click.echo(f"receipt: {path}")
-        click.echo(f"verify:  tombstone receipt verify {path} --key {root / 'keys' / 'signing.pub'}")
+        echo(format_receipt(receipt))
+        echo(f"receipt: {path}")
+        echo(f"verify:  tombstone receipt verify {path} --key {root / 'keys' / 'signing.pub'}")
     finally:
         for line in stop_services():
-            click.echo(line)
+            echo(line)
 
 
 @main.command()
@@ -153,22 +160,22 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
         with Tombstone.open(config_path) as tomb:
             queued = enqueue(tomb, subjects)
         for item in queued:
-            click.echo(f"{item.subject}: saga {item.saga_id} {'queued' if item.queued else 'already queued'}")
-        click.echo(f"{_count(sum(q.queued for q in queued), 'saga')} queued for 'tombstone worker'")
+            echo(f"{item.subject}: saga {item.saga_id} {'queued' if item.queued else 'already queued'}")
+        echo(f"{_count(sum(q.queued for q in queued), 'saga')} queued for 'tombstone worker'")
         return
     if subjects_file:
         with Tombstone.open(config_path) as tomb:
             done = tomb.erase_many(subjects, allow_missing_stores=allow_missing, progress=_progress())
         for receipt, path in done:
             totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
-            click.echo(f"{receipt['subject']}: {totals or 'no artifacts'} -> {path}")
-        click.echo(f"{_count(len(done), 'subject')} erased in one batch")
+            echo(f"{receipt['subject']}: {totals or 'no artifacts'} -> {path}")
+        echo(f"{_count(len(done), 'subject')} erased in one batch")
         _exit_for(done)
         return
     with Tombstone.open(config_path) as tomb:
         receipt, path = tomb.erase(subject, out=out, progress=_progress(), allow_missing_stores=allow_missing)
-    click.echo(format_receipt(receipt))
-    click.echo(f"receipt: {path}")
+    echo(format_receipt(receipt))
+    echo(f"receipt: {path}")
     _exit_for([(receipt, path)])
 
 
@@ -220,16 +227,16 @@ def _exit_for(done: list[tuple[dict[str, Any], Any]]) -> None:
     if not waiting:
         return
     for receipt, path in waiting:
-        click.echo(f"ACTION NEEDED for {receipt.subject} ({path}):")
+        echo(f"ACTION NEEDED for {receipt.subject} ({path}):")
         if receipt.store_left_recoverable:
-            click.echo("  the scan after the store reclaim still finds deleted data -- next: run 'tombstone scan"
+            echo("  the scan after the store reclaim still finds deleted data -- next: run 'tombstone scan"
                        " --show-ids' on the store and see verification-levels.md for what its recipe leaves")
         elif not receipt.artifacts and receipt.store_reclaim is None:
-            click.echo("  no artifact is recorded for this subject -- next: check the subject reference"
+            echo("  no artifact is recorded for this subject -- next: check the subject reference"
                        " (stores written outside the wrappers are not covered)")
         for line in store_lines(receipt):
             if " -- next: " in line:
-                click.echo(f"  {line}")
+                echo(f"  {line}")
     sys.exit(EXIT_ACTION_NEEDED)
 
 
@@ -251,7 +258,7 @@ def _progress():
         return bar
 
     def lines(step: str, store: str, done: int, total: int) -> None:
-        click.echo(f"[{done}/{total}] {step} {store}".rstrip(), err=True)
+        echo(f"[{done}/{total}] {step} {store}".rstrip(), err=True)
 
     return lines
 
@@ -270,7 +277,7 @@ def worker(config_path: str | None, name: str | None, lease: float, poll: float,
     from tombstone.workers import serve
 
     state = serve(config_path, name=name, lease=lease, drain=drain, poll=poll)
-    click.echo(f"{state.name}: {_count(len(state.finished), 'saga')} finished here, {len(state.failed)} failed")
+    echo(f"{state.name}: {_count(len(state.finished), 'saga')} finished here, {len(state.failed)} failed")
     if state.failed:
         raise SagaError(f"{_count(len(state.failed), 'saga')} failed in this worker; see 'tombstone status' and"
                         " run 'tombstone resume' or queue them again")
@@ -286,12 +293,12 @@ def resume(config_path: str | None) -> None:
         finished = tomb.resume()
         skipped = tomb.skipped
     for line in skipped:
-        click.echo(f"skipped: {line}")
+        echo(f"skipped: {line}")
     if not finished and not skipped:
-        click.echo("no interrupted erasure to resume")
+        echo("no interrupted erasure to resume")
     for receipt, path in finished:
-        click.echo(format_receipt(receipt))
-        click.echo(f"receipt: {path}")
+        echo(format_receipt(receipt))
+        echo(f"receipt: {path}")
     _exit_for(finished)
 
 
@@ -309,21 +316,21 @@ def status(subject: str | None, config_path: str | None) -> None:
             if not arts:
                 raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it")
             rows = [(a.store, a.backend, a.kind, a.artifact_id, a.state) for a in arts]
-            click.echo(_table(("store", "backend", "kind", "artifact", "state"), rows))
+            echo(_table(("store", "backend", "kind", "artifact", "state"), rows))
             return
         sagas = tomb.lineage.sagas()
         counts = tomb.lineage.count_artifacts()
-        click.echo("artifacts: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+        echo("artifacts: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
         if tomb.config.lineage_dsn:
             from tombstone.workers import queue_counts
 
             jobs = queue_counts(tomb.config.lineage_dsn)
-            click.echo("queue:     " + (", ".join(f"{k} {v}" for k, v in sorted(jobs.items())) or "empty"))
+            echo("queue:     " + (", ".join(f"{k} {v}" for k, v in sorted(jobs.items())) or "empty"))
         if not sagas:
-            click.echo("no erasure has been run")
+            echo("no erasure has been run")
             return
         rows = [(s["saga_id"], s["subject"], s["state"], s["started_at"], s["finished_at"] or "-") for s in sagas]
-        click.echo(_table(("saga", "subject", "state", "started", "finished"), rows))
+        echo(_table(("saga", "subject", "state", "started", "finished"), rows))
 
 
 @main.command()
@@ -351,8 +358,8 @@ def where(subject: str, config_path: str | None) -> None:
             if third:
                 lines.append(f"  sent to a third party: {third['recipient']}")
             blocks.append("\n".join(_wrap(line) for line in lines))
-    click.echo("\n\n".join(blocks))
-    click.echo("\nstates:\n" + "\n".join(f"  {k} = {v}" for k, v in STATES.items()))
+    echo("\n\n".join(blocks))
+    echo("\nstates:\n" + "\n".join(f"  {k} = {v}" for k, v in STATES.items()))
 
 
 STATES = {
@@ -386,11 +393,11 @@ def dlq_list(config_path: str | None, show_all: bool) -> None:
     with Tombstone.open(config_path) as tomb:
         letters = tomb.lineage.dead_letters(None if show_all else "open")
     if not letters:
-        click.echo("no dead letters")
+        echo("no dead letters")
         return
     rows = [(l["seq"], l["subject"], l["store"], l["step"], l["artifacts"], l["attempts"], l["state"], l["error"])
             for l in letters]
-    click.echo(_table(("#", "subject", "store", "step", "artifacts", "attempts", "state", "last error"), rows))
+    echo(_table(("#", "subject", "store", "step", "artifacts", "attempts", "state", "last error"), rows))
 
 
 @dlq.command("retry")
@@ -402,10 +409,10 @@ def dlq_retry(config_path: str | None) -> None:
     with Tombstone.open(config_path) as tomb:
         done = tomb.retry_dead_letters()
     if not done:
-        click.echo("no dead letters to retry")
+        echo("no dead letters to retry")
     for receipt, path in done:
-        click.echo(format_receipt(receipt))
-        click.echo(f"receipt: {path}")
+        echo(format_receipt(receipt))
+        echo(f"receipt: {path}")
     _exit_for(done)
 
 
@@ -442,11 +449,11 @@ def receipt_verify(file: str, key: str | None, config_path: str | None) -> None:
         result = verify(data, trusted.key)
     except ReceiptError as exc:
         raise ReceiptError(f"{file}: {exc} (checked against {trusted.describe()})") from exc
-    click.echo(f"OK {file}")
-    click.echo(f"  hash:      {result.receipt_hash}")
-    click.echo(f"  signed by: {result.key_id}")
-    click.echo(f"  previous:  {result.previous_receipt_hash or '(first receipt of the chain)'}")
-    click.echo(f"  trusted:   {trusted.describe()}")
+    echo(f"OK {file}")
+    echo(f"  hash:      {result.receipt_hash}")
+    echo(f"  signed by: {result.key_id}")
+    echo(f"  previous:  {result.previous_receipt_hash or '(first receipt of the chain)'}")
+    echo(f"  trusted:   {trusted.describe()}")
 
 
 @receipt.command("show")
@@ -459,15 +466,15 @@ def receipt_show(files: tuple[str, ...], as_json: bool) -> None:
     parsed = [Receipt.load(file) for file in files]  # every file is read before anything is printed
     if as_json:
         data = [r.data for r in parsed]
-        click.echo(json.dumps(data[0] if len(data) == 1 else data, indent=2, sort_keys=True))
+        echo(json.dumps(data[0] if len(data) == 1 else data, indent=2, sort_keys=True))
         return
     for n, receipt in enumerate(parsed):
         if n:
-            click.echo("")
+            echo("")
         if len(parsed) > 1:
-            click.echo(f"== {files[n]}")
-        click.echo(format_receipt(receipt))
-    click.echo("(not verified here: run 'tombstone receipt verify FILE --key PUBKEY')")
+            echo(f"== {files[n]}")
+        echo(format_receipt(receipt))
+    echo("(not verified here: run 'tombstone receipt verify FILE --key PUBKEY')")
 
 
 @receipt.command("head")
@@ -480,7 +487,7 @@ def receipt_head(config_path: str | None) -> None:
         head = tomb.lineage.chain_head()
     if head is None:
         raise SagaError("the receipt chain is empty: no erasure has finished yet")
-    click.echo(f"{head[0]}:{head[1]}")
+    echo(f"{head[0]}:{head[1]}")
 
 
 @receipt.command("list")
@@ -493,7 +500,7 @@ def receipt_list(config_path: str | None, subject: str | None) -> None:
     with Tombstone.open(config_path) as tomb:
         rows = tomb.lineage.receipts(tomb.lineage.subject_key(subject) if subject is not None else None)
     if not rows:
-        click.echo(f"no receipts for {shown(subject)}" if subject is not None else "no receipts: no erasure has finished yet")
+        echo(f"no receipts for {shown(subject)}" if subject is not None else "no receipts: no erasure has finished yet")
         return
     table = []
     for row in rows:
@@ -501,7 +508,7 @@ def receipt_list(config_path: str | None, subject: str | None) -> None:
         name = data["subject"] if data["subject"].isprintable() else repr(data["subject"])
         totals = ", ".join(f"{k} {v}" for k, v in data["summary"].items() if v) or "no artifacts"
         table.append((row["seq"], name, row["saga_id"], data["finished_at"], totals, row["receipt_hash"]))
-    click.echo(_table(("#", "subject", "saga", "finished", "summary", "hash"), table))
+    echo(_table(("#", "subject", "saga", "finished", "summary", "hash"), table))
 
 
 EXPORT_NAME = "receipt-{seq:06d}.json"
@@ -569,9 +576,9 @@ def receipt_export(config_path: str | None, sequence: str | None, saga_id: str |
     for row, path, content in writes:
         write_atomic(path, content)
     for row, path in files:
-        click.echo(f"receipt #{row['seq']} ({row['saga_id']}) -> {path}")
+        echo(f"receipt #{row['seq']} ({row['saga_id']}) -> {path}")
     if export_all:
-        click.echo(f"chain head {rows[-1]['seq']}:{rows[-1]['receipt_hash']} (compare with the one you published)")
+        echo(f"chain head {rows[-1]['seq']}:{rows[-1]['receipt_hash']} (compare with the one you published)")
 
 
 @main.command("audit")
@@ -599,23 +606,23 @@ def audit_cmd(file: str, config_path: str | None, key: str | None, trust_config:
     report = audit(file, config_path=config_path, key_path=key, previous=previous, anchor=anchor,
                    auditor_key_path=auditor_key, trust_config=trust_config)
     if as_json:
-        click.echo(json.dumps(report.as_json(), indent=2))
+        echo(json.dumps(report.as_json(), indent=2))
     else:
-        click.echo(f"receipt:   {report.receipt}")
-        click.echo(f"key:       {report.key}")
-        click.echo(f"integrity: {report.integrity}")
-        click.echo(f"chain:     {report.chain}")
+        echo(f"receipt:   {report.receipt}")
+        echo(f"key:       {report.key}")
+        echo(f"integrity: {report.integrity}")
+        echo(f"chain:     {report.chain}")
         if report.rows:
             shown_as = {AGREE: "yes", CONTRADICTED: "NO", UNCHECKED: "unchecked"}
             rows = [(r.store, r.artifact_id, r.receipt_says, r.audit_found, shown_as[r.verdict]) for r in report.rows]
-            click.echo(_table(("store", "artifact", "receipt says", "audit found", "agree"), rows))
+            echo(_table(("store", "artifact", "receipt says", "audit found", "agree"), rows))
             notes = sorted({n for r in report.rows for n in r.not_run if n != NOT_RUN_FRAGMENTS})
             for note in [NOT_RUN_FRAGMENTS, *notes]:
-                click.echo(f"not run: {note}")
+                echo(f"not run: {note}")
         for verdict, label in ((CONTRADICTED, "CONTRADICTED"), (UNCHECKED, "UNCHECKED")):
             named = [r.artifact_id for r in report.rows if r.verdict == verdict]
             if named:
-                click.echo(f"{label}: {', '.join(named)}")
+                echo(f"{label}: {', '.join(named)}")
     if report.verdict == CONTRADICTED:
         sys.exit(EXIT_FAILED)
     if report.verdict == UNCHECKED:
@@ -636,16 +643,16 @@ def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries
         raise ConfigError("--canaries must be at least 1")
     result = run_check(backend, config_path=config_path, canaries=canaries)
     for note in result.notes:
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
     rows = [(r.subject, r.artifact_id, r.status, "pass" if r.passed else "FAIL") for r in result.rows]
     if rows:
-        click.echo(_table(("canary", "artifact", "status", "result"), rows))
+        echo(_table(("canary", "artifact", "status", "result"), rows))
     for failure in result.failures:
-        click.echo(f"FAIL: {failure}")
+        echo(f"FAIL: {failure}")
     if junit:
         Path(junit).parent.mkdir(parents=True, exist_ok=True)
         Path(junit).write_text(result.junit(), encoding="utf-8")
-    click.echo(f"{backend}: {'PASS' if result.passed else 'FAIL'} ({sum(r.passed for r in result.rows)}/{len(result.rows)}"
+    echo(f"{backend}: {'PASS' if result.passed else 'FAIL'} ({sum(r.passed for r in result.rows)}/{len(result.rows)}"
                f" canary artifacts at the expected level)")
     if not result.passed:
         sys.exit(1)
@@ -699,18 +706,18 @@ def scan_cmd(config_path: str | None, store: str | None, backend: str | None, op
         except OSError as exc:
             raise ConfigError(f"cannot write {html_out}: {exc.strerror or exc}") from exc
     if as_json:
-        click.echo(json.dumps(report.as_json(show_ids), indent=2))
+        echo(json.dumps(report.as_json(show_ids), indent=2))
     else:
         rows = [(p.place, p.kind, p.count, p.bytes, p.note) for p in report.places]
-        click.echo(_table(("place", "what", "deleted records", "bytes not zero", "note"), rows))
+        echo(_table(("place", "what", "deleted records", "bytes not zero", "note"), rows))
         if show_ids:
             for place in report.places:
                 for ident in sorted(place.ids):
-                    click.echo(f"id: {ident}  ({place.place}, {place.kind})")
+                    echo(f"id: {ident}  ({place.place}, {place.kind})")
         for note in report.notes:
-            click.echo(f"note: {note}")
+            echo(f"note: {note}")
         verdict = "deleted data is recoverable" if report.recoverable else "nothing deleted is recoverable"
-        click.echo(f"{report.store} ({report.backend}): {verdict} ({report.count} record(s), {report.bytes} byte(s))")
+        echo(f"{report.store} ({report.backend}): {verdict} ({report.count} record(s), {report.bytes} byte(s))")
     if report.recoverable:
         sys.exit(EXIT_ACTION_NEEDED)
 
@@ -736,20 +743,20 @@ def reclaim_cmd(config_path: str | None, store: str, out: str | None, as_json: b
     section = receipt["store_reclaim"]
     before, after, evidence = section["before"], section["after"], section["evidence"]
     if as_json:
-        click.echo(json.dumps({**section, "receipt": str(path)}, indent=2, default=str))
+        echo(json.dumps({**section, "receipt": str(path)}, indent=2, default=str))
     else:
         steps = evidence.get("steps") or [evidence.get("mechanism", "reclaim")]
-        click.echo(f"{store} ({section['backend']}): {'; '.join(map(str, steps))}")
+        echo(f"{store} ({section['backend']}): {'; '.join(map(str, steps))}")
         if before is None or after is None:
-            click.echo(f"{store}: no scan for the {section['backend']} backend, so nothing is counted before or after")
+            echo(f"{store}: no scan for the {section['backend']} backend, so nothing is counted before or after")
         else:
             rows = [(q["place"], q["kind"], p["count"], p["bytes"], q["count"], q["bytes"])
                     for p, q in zip(before["places"], after["places"])]
-            click.echo(_table(("place", "what", "records before", "bytes before", "records after", "bytes after"),
+            echo(_table(("place", "what", "records before", "bytes before", "records after", "bytes after"),
                               rows))
             verdict = "deleted data is still recoverable" if after["recoverable"] else "nothing deleted is recoverable"
-            click.echo(f"{store} ({section['backend']}): {verdict} ({after['count']} record(s), {after['bytes']} byte(s))")
-        click.echo(f"receipt: {path}")
+            echo(f"{store} ({section['backend']}): {verdict} ({after['count']} record(s), {after['bytes']} byte(s))")
+        echo(f"receipt: {path}")
     if after is not None and after["recoverable"]:
         sys.exit(EXIT_ACTION_NEEDED)
 
@@ -769,7 +776,7 @@ def compact_cmd(config_path: str | None, stores: tuple[str, ...]) -> None:
             with adapter.store_lock():
                 evidence = adapter.compact()
             detail = ", ".join(f"{k} {v}" for k, v in evidence.items() if k not in ("mechanism", "why"))
-            click.echo(f"{name} ({adapter.backend}): {evidence.get('why') or evidence['mechanism']}"
+            echo(f"{name} ({adapter.backend}): {evidence.get('why') or evidence['mechanism']}"
                        + (f" ({detail})" if detail else ""))
 
 
@@ -780,8 +787,8 @@ def auditor_key_cmd(directory: str) -> None:
     from tombstone.receipt.sealing import create_auditor_keys, key_id, load_public
 
     private, public = create_auditor_keys(directory)
-    click.echo(f"private key: {private}  (keep it: it opens the content patterns sealed to you)")
-    click.echo(f"public key:  {public}  ({key_id(load_public(public))}; the operator lists it under auditor_keys)")
+    echo(f"private key: {private}  (keep it: it opens the content patterns sealed to you)")
+    echo(f"public key:  {public}  ({key_id(load_public(public))}; the operator lists it under auditor_keys)")
 
 
 @main.command("backends")
@@ -798,7 +805,7 @@ def backends_cmd() -> None:
         levels = ",".join(lv.value for lv in cls.levels)
         demo = cls.demo_role + (" (default)" if cls.demo_default else "") if cls.demo_role else "-"
         rows.append((name, caps, levels, demo, ""))
-    click.echo(_table(("backend", "capabilities", "levels", "demo / check", "install"), rows))
+    echo(_table(("backend", "capabilities", "levels", "demo / check", "install"), rows))
 
 
 @receipt.command("schema")
@@ -806,7 +813,7 @@ def receipt_schema_cmd() -> None:
     """Print the published JSON Schema of the receipt format."""
     from tombstone.receipt import receipt_schema
 
-    click.echo(json.dumps(receipt_schema(), indent=2))
+    echo(json.dumps(receipt_schema(), indent=2))
 
 
 @main.command("report")
@@ -828,7 +835,7 @@ def report_cmd(paths: tuple[str, ...], config_path: str | None, key: str | None,
     report = make_report(paths, config_path=config_path, key_path=key, anchor=anchor)
     write_report(report, fmt, out)
     if out:
-        click.echo(f"{summary_line(report)} -> {out}", err=True)
+        echo(f"{summary_line(report)} -> {out}", err=True)
     sys.exit(exit_code(report))
 
 

@@ -14,6 +14,39 @@ PRIVATE_FILE_MODE = 0o600
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
+class NotARegularFile(OSError):
+    """A path that names a FIFO, a device, a socket or a directory where a file's content was expected."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular_file(path: str | os.PathLike[str], limit: int) -> bytes:
+    """Up to ``limit`` bytes of a regular file, opened without blocking (a FIFO, a device or a socket at
+    ``path`` raises NotARegularFile at once, never waits for a writer or reads forever). A link is followed
+    (the caller named the path), but what it leads to must be a regular file too."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(f"{path} is {_kind(mode)}")
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write a file so that readers see the old or the new content, never a torn one.
 
@@ -106,4 +139,4 @@ class Snapshot:
         self.close()
 
 
-__all__ = ["PRIVATE_FILE_MODE", "Snapshot", "create_private", "write_atomic"]
+__all__ = ["PRIVATE_FILE_MODE", "NotARegularFile", "Snapshot", "create_private", "read_regular_file", "write_atomic"]

@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from tombstone.errors import KeyMaterialError
+from tombstone.display import normal_subject
+from tombstone.errors import KeyMaterialError, UnknownSubjectError
 
 SIGNING_KEY = "signing.key"
 PUBLIC_KEY = "signing.pub"
@@ -96,6 +97,13 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     return key
 
 
+def _subject_bytes(subject: str) -> bytes:
+    try:
+        return normal_subject(subject).encode("utf-8")
+    except ValueError as exc:
+        raise UnknownSubjectError(str(exc)) from exc
+
+
 @dataclass(frozen=True)
 class LineageSecret:
     """The local secret behind subject keys and sealed values."""
@@ -121,14 +129,15 @@ class LineageSecret:
         return hmac.new(self.value, purpose, hashlib.sha256).digest()
 
     def subject_key(self, subject: str) -> str:
-        """Keyed hash of a subject reference: what the lineage db stores instead of the reference."""
-        digest = hmac.new(self._derive(b"subject"), subject.encode("utf-8"), hashlib.sha256)
+        """Keyed hash of a subject reference (NFC-normalised: two spellings of one name are one subject): what
+        the lineage db stores instead of the reference."""
+        digest = hmac.new(self._derive(b"subject"), _subject_bytes(subject), hashlib.sha256)
         return digest.hexdigest()
 
     def file_tag(self, subject: str) -> str:
         """A short keyed hash of a subject reference for file names (12 hex digits): it tells apart subjects
         whose readable forms collide, and without the secret it cannot be checked against a guessed subject."""
-        return hmac.new(self._derive(b"receipt-file-name"), subject.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
+        return hmac.new(self._derive(b"receipt-file-name"), _subject_bytes(subject), hashlib.sha256).hexdigest()[:12]
 
     def content_key(self, sha256_hex: str) -> str:
         """The keyed form of a content hash, which is all the lineage db stores: HMAC over the SHA-256

@@ -277,7 +277,7 @@ def test_a_key_beside_the_receipt_is_never_trusted(deployed, tmp_path, monkeypat
     ok = run("receipt", "verify", str(genuine), "--key", operator_key)
     assert ok.exit_code == 0 and f"trusted:   ed25519:" in ok.output and f"from --key {operator_key}" in ok.output
     via_config = run("receipt", "verify", str(genuine), "--config", str(deployed / "tombstone.toml"))
-    assert via_config.exit_code == 0 and f"from the configuration {deployed / 'tombstone.toml'}" in via_config.output
+    assert via_config.exit_code == 0 and f"from the deployment {deployed / 'tombstone.toml'}" in via_config.output
     monkeypatch.setenv("TOMBSTONE_CONFIG", str(deployed / "tombstone.toml"))
     assert run("receipt", "verify", str(genuine)).exit_code == 0
 

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tombstone.fsutil import read_regular_file
+
 SAFE_SUBJECT = re.compile(r"[A-Za-z0-9_.@-]{1,120}")
 """Subjects kept as they are in their file name."""
 
@@ -43,7 +45,7 @@ def receipt_in(path: Path) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
     try:
-        data = json.loads(Path(path).read_bytes())
+        data = json.loads(read_regular_file(path, 256 * 1024 * 1024))
     except (OSError, ValueError):
         return None
     if isinstance(data, dict) and isinstance(data.get("saga_id"), str) and isinstance(data.get("receipt_hash"), str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -16,6 +17,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from tombstone.errors import ReceiptError, ReceiptFormatError
+from tombstone.fsutil import NotARegularFile, read_regular_file
 from tombstone.keys import b64, key_id
 from tombstone.receipt.canonical import UNSIGNED_FIELDS, body_hash, canonical_members, hash_of, joined, signed_body
 
@@ -124,11 +126,31 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _no_lone_surrogates(data: Any) -> None:
+    """Refuse a string holding half of a UTF-16 surrogate pair (``"\\ud800"`` alone): JSON lets it be
+    written, but it is not Unicode, and no UTF-8 text (a canonical form, a terminal) can carry it."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("a string holds a lone UTF-16 surrogate (invalid Unicode)") from exc
+
+
 def parse_strict(text: str, what: str) -> Any:
     """JSON as receipts use it: no duplicate keys (readers that keep the first and readers that keep the
-    last would see two different receipts), no NaN or Infinity, bounded nesting. ReceiptFormatError else."""
+    last would see two different receipts), no NaN or Infinity and no number beyond a double's range, no
+    invalid Unicode, bounded nesting. ReceiptFormatError else."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
+                          parse_float=_finite_float)
+        _no_lone_surrogates(data)
+        return data
     except json.JSONDecodeError as exc:
         raise ReceiptFormatError(f"{what} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
     except ValueError as exc:
@@ -140,10 +162,11 @@ def parse_strict(text: str, what: str) -> Any:
 def load_receipt(path: str | Path) -> dict[str, Any]:
     """Read a receipt file; a missing, unreadable, oversized or non-strict-JSON file is one ReceiptFormatError."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_RECEIPT_BYTES + 1)
+        raw = read_regular_file(path, MAX_RECEIPT_BYTES + 1)
     except FileNotFoundError as exc:
         raise ReceiptFormatError(f"receipt file not found: {path}") from exc
+    except NotARegularFile as exc:
+        raise ReceiptFormatError(f"receipt {path} is not a regular file ({exc})") from exc
     except OSError as exc:
         raise ReceiptFormatError(f"cannot read receipt {path}: {exc.strerror or exc}") from exc
     if len(raw) > MAX_RECEIPT_BYTES:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.clock import iso
+from tombstone.display import normal_subject
 from tombstone.errors import (
     AdapterNotFoundError,
     ConfigError,
@@ -108,8 +109,7 @@ class Saga:
         :func:`create_deferred` (a batch records all of its new sagas in one transaction).
         """
         ctx = _context(owner)
-        if not subject or not subject.strip():
-            raise UnknownSubjectError("subject reference is empty")
+        subject = _normal(subject)
         key = ctx.lineage.subject_key(subject)
         scope = ctx.lineage.closure(key)
         if not scope:
@@ -228,8 +228,7 @@ class Saga:
         """A saga for a subject the lineage db records nothing for: its receipt says so, signed and chained,
         so a batch can account for every subject it was given. ``defer_create`` as for :meth:`start`."""
         ctx = _context(owner)
-        if not subject or not subject.strip():
-            raise UnknownSubjectError("subject reference is empty")
+        subject = _normal(subject)
         key = ctx.lineage.subject_key(subject)
         lock = SubjectLock(ctx.lineage, key)
         lock.acquire(subject=subject)
@@ -627,6 +626,16 @@ def user_out_path(ctx: SagaContext, out: str, saga_id: str) -> str:
         if same_file_name(path, other_path):
             raise ConfigError(f"--out {out} is where unfinished saga {other} will write its receipt; name another file")
     return str(path)
+
+
+def _normal(subject: str) -> str:
+    """A subject reference as sagas and receipts carry it: NFC, valid Unicode, not empty."""
+    if not subject or not subject.strip():
+        raise UnknownSubjectError("subject reference is empty")
+    try:
+        return normal_subject(subject)
+    except ValueError as exc:
+        raise UnknownSubjectError(str(exc)) from exc
 
 
 def create_saga(ctx: SagaContext, saga_id: str, subject: str, out_path: str | None,
