@@ -118,10 +118,11 @@ def hnsw_deleted_slots(folder: Path, live: set[str] | None = None) -> tuple[int,
 
 
 def scan_chroma(store: str, backend: str, options: Mapping[str, Any]) -> ScanReport:
-    from tombstone_adapters.docstore.forensics import scan_sqlite
+    from tombstone_adapters.docstore.forensics import carve_budget, scan_sqlite
 
     if "path" not in options:
         raise ConfigError(f'store {store!r}: the {backend} backend needs path = "..."', store=store)
+    budget = carve_budget(store, options)  # a bad bound is refused before anything is read
     root = Path(options["path"])
     if not (root / SQLITE_NAME).is_file():
         raise ConfigError(f"store {store!r}: no Chroma folder at {root} (no {SQLITE_NAME})", store=store)
@@ -178,12 +179,14 @@ def scan_chroma(store: str, backend: str, options: Mapping[str, Any]) -> ScanRep
                                 # a row's types start NULL (the id), 0x55 (the 36-character segment uuid);
                                 # an index cell's body starts with that uuid
                                 hints={5: (re.compile(rb"\x00\x55"), re.compile(rb"\x55")),
-                                       3: (re.compile(rb"\x55"), re.compile(_UUID.pattern.encode()))})
+                                       3: (re.compile(rb"\x55"), re.compile(_UUID.pattern.encode()))},
+                                budget=budget)
     for place in sqlite_report.places:
         # Chroma's own schema migrations leave free pages in a store that never deleted a record: only
         # the deleted embedding rows carved there count, the bytes are shown
         place.bytes_count = False
-        place.note += "; bytes include Chroma's own housekeeping, only carved deleted rows count"
+        if place.kind != "sqlite pages not fully carved":
+            place.note += "; bytes include Chroma's own housekeeping, only carved deleted rows count"
     report.places.extend(sqlite_report.places)
     report.notes.extend(sqlite_report.notes)
     return report

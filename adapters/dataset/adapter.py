@@ -15,17 +15,32 @@ from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.records import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.physical import default_patterns
+from tombstone.verify.scanner import scan_files
 
-from .files import CURRENT, DatasetFileError, PinMismatchError, decode_columns, format_of, iter_files, read_file
+from .files import (
+    CURRENT,
+    DatasetBoundError,
+    DatasetFileError,
+    DecodeLimits,
+    PinMismatchError,
+    decode_columns,
+    format_of,
+    iter_files,
+    read_file,
+)
 from .hooks import DatasetHooks
 from .store import BACKEND, DatasetFiles, DatasetLoader, DatasetStore
 
 MAX_VERSIONS_LISTED = 20
 """The evidence lists this many manifest versions by name (the newest), and counts the rest."""
+BYTE_SCANNABLE = ("jsonl",)
+"""Shard formats whose bytes hold an id as written: a shard listed by no manifest is byte-scanned, never
+decoded, so one in another (compressed) format cannot be checked."""
 
 
 class DatasetAdapter(DatasetHooks, Adapter):
-    """Options: ``path`` (the dataset directory, required), ``lock_wait`` (seconds, optional)."""
+    """Options: ``path`` (the dataset directory, required), ``lock_wait`` (seconds, optional),
+    ``max_decoded_bytes`` and ``max_rows`` (the decode bounds of one file, :class:`~.files.DecodeLimits`)."""
 
     backend = BACKEND
     capabilities = frozenset(
@@ -42,7 +57,8 @@ class DatasetAdapter(DatasetHooks, Adapter):
             raise StoreUnavailableError(f"no dataset at {root} (it has no {CURRENT} file)", store=store,
                                         retryable=False)
         kwargs = {"lock_wait": float(options["lock_wait"])} if "lock_wait" in options else {}
-        self.data = DatasetStore(root, store=store, create=False, **kwargs)
+        self.limits = DecodeLimits.from_options(options, store)
+        self.data = DatasetStore(root, store=store, create=False, limits=self.limits, **kwargs)
         self.files: DatasetFiles = self.data
         self.files.manifest()  # a current pointer or manifest that cannot be read stops an erasure before it starts
 
@@ -96,11 +112,13 @@ class DatasetAdapter(DatasetHooks, Adapter):
                     why = None
                     try:
                         # rows yielded before a refusal count: a trainer would have read them
-                        for example in DatasetLoader(self.files.root, pointer=pointer):
+                        for example in DatasetLoader(self.files.root, pointer=pointer, limits=self.limits):
                             if example.id in wanted:
                                 seen.add(example.id)
                     except PinMismatchError as exc:
                         why = str(exc)
+                    except DatasetBoundError as exc:  # what a loader would yield from it is not known
+                        raise PhysicalUnsupportedError(f"{exc}; {path} cannot be checked", store=self.store) from exc
                     read[key] = (seen, why)
                 returned[path], why = read[key]
                 if why:
@@ -128,17 +146,24 @@ class DatasetAdapter(DatasetHooks, Adapter):
             yield {path: os.path.relpath(path, root) for path in iter_files(root)}
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
-        """The id as UTF-8 and, where JSON escapes it differently, as a JSON string holds it."""
+        """The id as UTF-8 and, where JSON escapes it differently, as a JSON string holds it (raw UTF-8, ASCII
+        escapes, escaped slashes: the ways a JSON writer spells it in a shard that is byte-scanned only)."""
         patterns = default_patterns(artifact)
-        escaped = json.dumps(artifact.artifact_id, ensure_ascii=False)[1:-1].encode("utf-8")
-        if escaped != patterns["id"]:
-            patterns["id_json"] = escaped
+        forms = set()
+        for spelled in (json.dumps(artifact.artifact_id, ensure_ascii=False)[1:-1], json.dumps(artifact.artifact_id)[1:-1]):
+            forms.update((spelled.encode("utf-8"), spelled.replace("/", "\\/").encode("utf-8")))
+        forms.discard(patterns["id"])
+        for n, form in enumerate(sorted(forms)):
+            patterns["id_json" if n == 0 else f"id_json{n}"] = form
         return patterns
 
     def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
-        """Decode every row of every shard file — current, older versions', unlisted ones — and look for
+        """Decode every row of every shard file a manifest lists — current, older versions' — and look for
         each artifact's id and (with the lineage key) its keyed content hash: a Parquet or gzip shard is
-        compressed, so the byte scan alone proves nothing about it."""
+        compressed, so the byte scan alone proves nothing about it. Every decode is bounded (``limits``): a
+        shard past a bound cannot be checked (PhysicalUnsupportedError naming it: UNVERIFIED). A shard file
+        no manifest lists is never decoded: it is byte-scanned for the artifacts' patterns and named in the
+        evidence; one in a compressed format, which a byte scan cannot see into, cannot be checked."""
         ids = set(self._ids(artifacts))
         keyed = getattr(self, "content_key", None)
         by_content: dict[str, set[str]] = {}
@@ -151,6 +176,7 @@ class DatasetAdapter(DatasetHooks, Adapter):
         rows = 0
         decoded: list[str] = []
         not_decoded: list[str] = []
+        unlisted: list[Path] = []
         with self._locked():
             references = self.files.references()
             pins = self.files.pins()
@@ -161,14 +187,19 @@ class DatasetAdapter(DatasetHooks, Adapter):
                 if fmt is None:
                     not_decoded.append(rel)
                     continue
+                if rel not in references:
+                    if fmt not in BYTE_SCANNABLE:
+                        raise PhysicalUnsupportedError(
+                            f"shard {rel} is listed by no manifest and compressed ({fmt}): it is not decoded, and a"
+                            " byte scan cannot see into it, so its rows cannot be checked (list it in a manifest"
+                            " or remove it)", store=self.store)
+                    unlisted.append(path)
+                    continue
                 try:
-                    data = read_file(path)
+                    data = read_file(path, self.limits.max_decoded_bytes)
+                    shard_ids, texts = decode_columns(data, fmt, rel, texts=bool(by_content), limits=self.limits)
                 except FileNotFoundError:
                     continue
-                except DatasetFileError as exc:
-                    raise PhysicalUnsupportedError(f"{exc}; its rows cannot be checked", store=self.store) from exc
-                try:
-                    shard_ids, texts = decode_columns(data, fmt, rel, texts=bool(by_content))
                 except DatasetFileError as exc:
                     raise PhysicalUnsupportedError(f"{exc}; its rows cannot be checked", store=self.store) from exc
                 decoded.append(rel)
@@ -184,6 +215,7 @@ class DatasetAdapter(DatasetHooks, Adapter):
                             if owner != row_id:
                                 content_hits.setdefault(owner, {}).setdefault(rel, 0)
                                 content_hits[owner][rel] += 1
+            unlisted_hits = self._byte_scan(unlisted, artifacts)
         evidence = {
             "rows_decoded": rows,
             "shard_files_decoded": len(decoded),
@@ -192,6 +224,8 @@ class DatasetAdapter(DatasetHooks, Adapter):
             "manifest_versions": _versions_listed(versions, references, self.files.root),
             "pins": [f"{p.name} -> v{p.version}" for p in pins],
             **({"byte_scanned_only": not_decoded} if not_decoded else {}),
+            **({"unlisted_shards": [f"{os.path.relpath(p, self.files.root)} (listed by no manifest: byte-scanned,"
+                                    " not decoded)" for p in unlisted]} if unlisted else {}),
         }
         out = {}
         for art in artifacts:
@@ -200,9 +234,25 @@ class DatasetAdapter(DatasetHooks, Adapter):
                 found.append(f"row decoded {n}x in {rel} ({_listed_by(rel, references)})")
             for rel, n in sorted(content_hits.get(art.artifact_id, {}).items()):
                 found.append(f"content decoded in {n} other row(s) of {rel} ({_listed_by(rel, references)})")
-            out[art.artifact_id] = ExtraFinding(found=found, id_found=art.artifact_id in id_hits,
+            for rel in unlisted_hits.get(art.artifact_id, []):
+                found.append(f"id in the bytes of {rel} (listed by no manifest; not decoded)")
+            out[art.artifact_id] = ExtraFinding(found=found, id_found=art.artifact_id in id_hits or
+                                                art.artifact_id in unlisted_hits,
                                                 content_found=art.artifact_id in content_hits, evidence=evidence)
         return out
+
+    def _byte_scan(self, files: list[Path], artifacts: Sequence[ArtifactRecord]) -> dict[str, list[str]]:
+        """Artifact id -> the files (of ``files``) whose bytes hold one of its id patterns."""
+        if not files:
+            return {}
+        patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts
+                    for kind, pattern in self.physical_patterns(art).items() if kind.startswith("id")}
+        report = scan_files(files, patterns, root=self.files.root)
+        hits: dict[str, set[str]] = {}
+        for key, found in report.hits.items():
+            for hit in found:
+                hits.setdefault(key.split("\x00", 1)[1], set()).add(os.path.relpath(hit.file, self.files.root))
+        return {aid: sorted(where) for aid, where in hits.items()}
 
 
 def _listed_by(rel: str, references: dict[str, list[str]]) -> str:

@@ -10,22 +10,25 @@ A dataset is a directory::
 
 Every file is written whole to a temporary file beside its target, fsynced, renamed over the target and
 the directory fsynced, so a reader (or a process resumed after a kill) sees the old file or the new one,
-never a torn one. Every read opens a regular file without following a link and without blocking, and
-what is hashed is exactly what is decoded.
+never a torn one; files are created mode 0600, folders 0700. Every read opens a regular file inside the
+dataset directory (its folders are never links) without following a link and without blocking, and what
+is hashed is exactly what is decoded.
+
+Shard files are untrusted data: every decoder is bounded (:class:`DecodeLimits`: the bytes a file may have
+on disk and decode to, the rows it may hold), and a file past a bound raises :class:`DatasetBoundError`
+naming it, never a MemoryError.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import json
 import os
 import re
 import stat
 import tempfile
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,58 @@ class DatasetFileError(StoreUnavailableError):
     retryable = False
 
 
+class DatasetBoundError(DatasetFileError):
+    """A dataset file past a decode bound (:class:`DecodeLimits`): too large on disk, decoding to too many
+    bytes (a gzip or Parquet bomb) or holding too many rows. Nothing of it was used."""
+
+
+MAX_DECODED_BYTES = 1 << 30
+"""Default bound (store option ``max_decoded_bytes``) on the bytes of one dataset file: as read from disk,
+and as decoded (a gzip shard's decompressed text, a Parquet shard's column values)."""
+MAX_ROWS = 2_000_000
+"""Default bound (store option ``max_rows``) on the rows of one shard (20 times a shard this store writes
+by default)."""
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """The decoders' bounds for one store (see ``MAX_DECODED_BYTES`` and ``MAX_ROWS``)."""
+
+    max_decoded_bytes: int = MAX_DECODED_BYTES
+    max_rows: int = MAX_ROWS
+
+    @classmethod
+    def from_options(cls, options: Any, store: str = "dataset") -> "DecodeLimits":
+        """The bounds a store's options set (``max_decoded_bytes``, ``max_rows``); anything but a whole
+        number of at least 1 is a one-line configuration error."""
+        from tombstone.errors import ConfigError
+
+        values = {}
+        for key, default in (("max_decoded_bytes", MAX_DECODED_BYTES), ("max_rows", MAX_ROWS)):
+            raw = options.get(key, default)
+            try:
+                value = int(raw)
+            except (TypeError, ValueError):
+                value = 0
+            if isinstance(raw, bool) or value < 1:
+                raise ConfigError(f"store {store!r}: {key} must be a whole number of at least 1, not {raw!r}",
+                                  store=store)
+            values[key] = value
+        return cls(**values)
+
+    def too_large(self, where: str, what: str, amount: int | str) -> DatasetBoundError:
+        return DatasetBoundError(f"{where} {what} {amount} bytes, past the bound (max_decoded_bytes"
+                                 f" {self.max_decoded_bytes}): not decoded")
+
+    def too_many_rows(self, where: str, rows: int | str) -> DatasetBoundError:
+        return DatasetBoundError(f"{where} holds {rows} rows, past the bound (max_rows {self.max_rows}): not decoded")
+
+
+DEFAULT_LIMITS = DecodeLimits()
+FILE_MODE = 0o600
+FOLDER_MODE = 0o700
+
+
 class PinMismatchError(DatasetFileError):
     """A manifest or shard whose bytes no longer hash to what its pin records (an erasure rewrote it, or
     something else did): the loader refuses it rather than train on data nobody pinned."""
@@ -70,15 +125,62 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_file(path: Path) -> bytes:
-    """The bytes of a regular file, opened without following a link or blocking (a FIFO planted at a shard
-    path is refused, never waited on). FileNotFoundError when nothing is there."""
-    fd = os.open(path, _READ_FLAGS)
+def read_file(path: Path, limit: int = MAX_DECODED_BYTES) -> bytes:
+    """The bytes of a regular file, opened without following a link or blocking (a FIFO or a link planted
+    at a shard path is refused, never waited on or followed), and no larger than ``limit`` bytes
+    (DatasetBoundError). FileNotFoundError when nothing is there."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise DatasetFileError(f"dataset file {path} cannot be read ({exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DatasetFileError(f"dataset file {path} is not a regular file")
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise DatasetFileError(f"dataset file {path} is not a regular file that can be read ({exc.strerror or exc})") from None
     with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fh.fileno()).st_mode
-        if not stat.S_ISREG(mode):
+        now = os.fstat(fh.fileno())
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             raise DatasetFileError(f"dataset file {path} is not a regular file")
-        return fh.read()
+        if now.st_size > limit:
+            raise DatasetBoundError(f"dataset file {path} has {now.st_size} bytes, past the bound"
+                                    f" (max_decoded_bytes {limit}): not read")
+        data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise DatasetBoundError(f"dataset file {path} grew past the bound (max_decoded_bytes {limit}): not read")
+        return data
+
+
+def dataset_folder(root: Path, name: str) -> Path:
+    """``root / name``, one of the dataset's folders: refused (DatasetFileError) when it is a link or not a
+    folder, so nothing is read, written or removed through it outside the dataset directory."""
+    path = root / name
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise DatasetFileError(f"dataset folder {path} cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise DatasetFileError(f"dataset folder {path} is a link or not a folder: refused (nothing is read or"
+                               " written through it)")
+    return path
+
+
+def make_folder(path: Path) -> None:
+    """Create a folder of the dataset and the folders above it that are missing, each mode 0700."""
+    missing = []
+    while not path.exists() and not path.is_symlink() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=FOLDER_MODE)
 
 
 def is_regular(path: Path) -> bool:
@@ -91,8 +193,9 @@ def is_regular(path: Path) -> bool:
 def write_atomic(path: Path, data: bytes, *, before_rename: str | None = None) -> None:
     """Write ``path`` so that it holds the old bytes or the new ones, never part of them: an exclusive
     temporary file beside it (``.<name>.<random>.tmp``), fsynced, renamed over it, the folder fsynced.
-    ``before_rename`` names the kill point between the complete temporary file and the rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ``before_rename`` names the kill point between the complete temporary file and the rename. The file is
+    mode 0600 (``mkstemp``), a folder it needs 0700."""
+    make_folder(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -124,200 +227,6 @@ def is_temp(name: str) -> bool:
 def target_of_temp(name: str) -> str:
     """The file a temporary file was being written for (``.part-1.parquet.x1y2.tmp`` → ``part-1.parquet``)."""
     return name[1:-len(TEMP_SUFFIX)].rsplit(".", 1)[0]
-
-
-# -- shards --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Row:
-    """One training example as a shard holds it."""
-
-    id: str
-    text: str
-    metadata: str
-    """The example's metadata as the JSON text stored in the shard."""
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        return json.loads(self.metadata) if self.metadata else {}
-
-
-def format_of(name: str) -> str | None:
-    """The shard format a file name says (a temporary file's target name counts), or None."""
-    if is_temp(name):
-        name = target_of_temp(name)
-    for fmt, suffix in sorted(SUFFIXES.items(), key=lambda kv: -len(kv[1])):
-        if name.endswith(suffix):
-            return fmt
-    return None
-
-
-def _pyarrow():
-    try:
-        import pyarrow
-        import pyarrow.compute
-        import pyarrow.parquet
-    except ImportError as exc:  # pragma: no cover - pyarrow is installed with the dataset extra
-        raise DatasetFileError("Parquet shards need pyarrow: pip install 'tombstone-rag[dataset]'") from exc
-    return pyarrow
-
-
-def encode_rows(rows: Sequence[Row], fmt: str, *, compression: str = "zstd") -> bytes:
-    """A shard's bytes holding ``rows`` in ``fmt``."""
-    if fmt == "parquet":
-        pa = _pyarrow()
-        table = pa.table({"id": pa.array([r.id for r in rows], pa.string()),
-                          "text": pa.array([r.text for r in rows], pa.string()),
-                          "metadata": pa.array([r.metadata for r in rows], pa.string())})
-        return _parquet_bytes(table, compression)
-    data = b"".join(_jsonl_line(row) for row in rows)
-    if fmt == "jsonl.gz":
-        return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
-    if fmt == "jsonl":
-        return data
-    raise ValueError(f"unknown shard format {fmt!r}")
-
-
-def _jsonl_line(row: Row) -> bytes:
-    meta = json.loads(row.metadata) if row.metadata else {}
-    return (json.dumps({"id": row.id, "text": row.text, "metadata": meta}, ensure_ascii=False,
-                       separators=(",", ":"), sort_keys=True) + "\n").encode("utf-8")
-
-
-def _parquet_bytes(table: Any, compression: str) -> bytes:
-    pa = _pyarrow()
-    sink = pa.BufferOutputStream()
-    pa.parquet.write_table(table, sink, compression=None if compression == "none" else compression)
-    return sink.getvalue().to_pybytes()
-
-
-def _jsonl_lines(data: bytes, fmt: str, where: str) -> list[bytes]:
-    text = _jsonl_text(data, fmt, where)
-    return text[:-1].split(b"\n") if text else []
-
-
-def _jsonl_text(data: bytes, fmt: str, where: str) -> bytes:
-    """A JSONL shard's text (decompressed), which ends with a newline unless it is empty."""
-    if fmt == "jsonl.gz":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise DatasetFileError(f"shard {where} is not a complete gzip file ({exc})") from exc
-    if data and not data.endswith(b"\n"):
-        raise DatasetFileError(f"shard {where} ends in the middle of a row")
-    return data
-
-
-def _parse_line(line: bytes, where: str, n: int) -> dict[str, Any]:
-    try:
-        obj = json.loads(line)
-    except ValueError as exc:
-        raise DatasetFileError(f"shard {where}: row {n} is not JSON ({exc})") from exc
-    if not isinstance(obj, dict) or not isinstance(obj.get("id"), str) or not isinstance(obj.get("text"), str):
-        raise DatasetFileError(f"shard {where}: row {n} has no string id and text")
-    return obj
-
-
-def _parquet_table(data: bytes, where: str, columns: Sequence[str] | None = None) -> Any:
-    pa = _pyarrow()
-    try:
-        table = pa.parquet.read_table(pa.BufferReader(data), columns=list(columns) if columns else None)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DatasetFileError(f"shard {where} is not a readable Parquet file ({exc})") from exc
-    for name in columns or ("id", "text", "metadata"):
-        if name not in table.column_names:
-            raise DatasetFileError(f"shard {where} has no {name!r} column")
-    return table
-
-
-def decode_rows(data: bytes, fmt: str, where: str = "shard") -> list[Row]:
-    """Every row of a shard, in order."""
-    if fmt == "parquet":
-        table = _parquet_table(data, where)
-        return [Row(i, t or "", m or "") for i, t, m in zip(table.column("id").to_pylist(),
-                                                           table.column("text").to_pylist(),
-                                                           table.column("metadata").to_pylist())]
-    rows = []
-    for n, line in enumerate(_jsonl_lines(data, fmt, where)):
-        obj = _parse_line(line, where, n)
-        rows.append(Row(obj["id"], obj["text"], json.dumps(obj.get("metadata") or {}, ensure_ascii=False,
-                                                          separators=(",", ":"), sort_keys=True)))
-    return rows
-
-
-def decode_columns(data: bytes, fmt: str, where: str = "shard", *, texts: bool = True) -> tuple[list[str], list[str] | None]:
-    """The ids (and texts) of every row of a shard: what the probes need, without building rows."""
-    if fmt == "parquet":
-        table = _parquet_table(data, where, ("id", "text") if texts else ("id",))
-        return (table.column("id").to_pylist(), [t or "" for t in table.column("text").to_pylist()] if texts else None)
-    ids, out = [], []
-    for n, line in enumerate(_jsonl_lines(data, fmt, where)):
-        obj = _parse_line(line, where, n)
-        ids.append(obj["id"])
-        out.append(obj["text"])
-    return ids, out if texts else None
-
-
-def drop_rows(data: bytes, fmt: str, drop: set[str], where: str = "shard") -> tuple[bytes | None, int, int]:
-    """The shard's bytes without the rows whose id is in ``drop``: (new bytes or None when nothing is
-    dropped, rows dropped, rows kept). Surviving JSONL lines are copied byte for byte; a Parquet shard is
-    rewritten with its own schema and the compression of its first column."""
-    if fmt == "parquet":
-        pa = _pyarrow()
-        try:
-            meta = pa.parquet.read_metadata(pa.BufferReader(data))
-            compression = meta.row_group(0).column(0).compression.lower() if meta.num_row_groups else "zstd"
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise DatasetFileError(f"shard {where} is not a readable Parquet file ({exc})") from exc
-        table = _parquet_table(data, where)
-        hit = pa.compute.is_in(table.column("id"), value_set=pa.array(sorted(drop), pa.string()))
-        dropped = pa.compute.sum(hit).as_py() or 0
-        if not dropped:
-            return None, 0, table.num_rows
-        kept = table.filter(pa.compute.invert(hit))
-        return _parquet_bytes(kept, "none" if compression == "uncompressed" else compression), dropped, kept.num_rows
-    text = _jsonl_text(data, fmt, where)
-    total = text.count(b"\n")
-    spans = []
-    for start, end in _lines_that_may_hold(text, drop):
-        try:
-            row_id = _parse_line(text[start:end], where, -1)["id"]
-        except DatasetFileError:
-            _parse_line(text[start:end], where, text.count(b"\n", 0, start))  # raises, naming the row
-            raise
-        if row_id in drop:
-            spans.append((start, end + 1))
-    if not spans:
-        return None, 0, total
-    out, at = [], 0
-    for start, end in spans:
-        out.append(text[at:start])
-        at = end
-    out.append(text[at:])
-    kept = b"".join(out)
-    dropped = len(spans)
-    return (gzip.compress(kept, compresslevel=GZIP_LEVEL, mtime=0) if fmt == "jsonl.gz" else kept), dropped, total - dropped
-
-
-def _lines_that_may_hold(text: bytes, ids: set[str]) -> list[tuple[int, int]]:
-    """The (start, end) of each line of JSON text that can hold one of the ids as a string, found in one pass
-    for every way a JSON writer spells them (raw UTF-8, ASCII escapes, escaped slashes). Only these lines are
-    parsed; the probe decodes every line regardless, so a spelling missed here could never pass as erased."""
-    import ahocorasick_rs
-
-    forms = set()
-    for i in ids:
-        for spelled in (json.dumps(i, ensure_ascii=False)[1:-1], json.dumps(i)[1:-1]):
-            forms.update((spelled.encode("utf-8"), spelled.replace("/", "\\/").encode("utf-8")))
-    forms.discard(b"")
-    if not forms:
-        return []
-    lines = set()
-    for _, match_start, _ in ahocorasick_rs.BytesAhoCorasick(sorted(forms)).find_matches_as_indexes(text, overlapping=True):
-        start = text.rfind(b"\n", 0, match_start) + 1
-        lines.add((start, text.index(b"\n", match_start)))
-    return sorted(lines)
 
 
 # -- manifests, the current pointer, pins --------------------------------------------------------
@@ -390,6 +299,8 @@ class Manifest:
 
 def safe_relpath(path: str, folder: str) -> str:
     """A path inside ``folder`` of the dataset, as manifests record it; anything else is refused."""
+    if not isinstance(path, str) or "\x00" in path or "\\" in path:
+        raise ValueError(f"path {path!r} is not a file under {folder}/")
     parts = Path(path).parts
     if Path(path).is_absolute() or len(parts) != 2 or parts[0] != folder or parts[1] in ("", ".", ".."):
         raise ValueError(f"path {path!r} is not a file under {folder}/")
@@ -402,11 +313,11 @@ def manifest_name(version: int) -> str:
 
 def manifest_versions(root: Path) -> dict[int, Path]:
     """Every manifest file on disk, by version."""
-    folder = root / MANIFESTS
-    if not folder.is_dir():
+    where = dataset_folder(root, MANIFESTS)
+    if not where.is_dir():
         return {}
     out = {}
-    for entry in os.scandir(folder):
+    for entry in os.scandir(where):
         match = _MANIFEST_NAME.match(entry.name)
         if match:
             out[int(match.group(1))] = Path(entry.path)
@@ -449,3 +360,17 @@ def iter_files(root: Path) -> list[Path]:
             else:
                 out.append(Path(entry.path))
     return sorted(out)
+
+
+from .shards import (  # noqa: E402 - the shard codecs, kept in their own module and named here as before
+    Row,
+    decode_columns,
+    decode_rows,
+    drop_rows,
+    encode_rows,
+    format_of,
+)
+
+__all__ = ["CURRENT", "DatasetBoundError", "DatasetFileError", "DecodeLimits", "Manifest", "PinMismatchError", "Row",
+           "ShardEntry", "dataset_folder", "decode_columns", "decode_rows", "drop_rows", "encode_rows", "format_of",
+           "iter_files", "read_file", "write_atomic"]

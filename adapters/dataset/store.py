@@ -34,19 +34,22 @@ from .files import (
     PINS,
     SHARDS,
     SUFFIXES,
+    DatasetBoundError,
     DatasetFileError,
+    DecodeLimits,
     Manifest,
     PinMismatchError,
     Row,
     ShardEntry,
+    dataset_folder,
     decode_columns,
-    decode_rows,
     drop_rows,
     dump_json,
     encode_rows,
     format_of,
     is_temp,
     load_json,
+    make_folder,
     manifest_name,
     manifest_versions,
     pin_file,
@@ -130,11 +133,22 @@ def _sources(value: Any) -> list[tuple[str, str]]:
 
 class DatasetFiles:
     """A dataset directory, read-only: the current pointer, the manifest versions, the pins and the shard
-    files (what loaders and the probes read; :class:`DatasetStore` adds the writes)."""
+    files (what loaders and the probes read; :class:`DatasetStore` adds the writes). Every file is read
+    within ``limits`` (:class:`~.files.DecodeLimits`), from the dataset directory or one of its folders,
+    never through a link."""
 
-    def __init__(self, path: str | os.PathLike[str], *, store: str = BACKEND) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, store: str = BACKEND, limits: DecodeLimits | None = None) -> None:
         self.root = Path(path)
         self.store = store
+        self.limits = limits or DecodeLimits()
+
+    def _file(self, path: Path) -> bytes:
+        """A file of the dataset, read within the bound (``read_file``)."""
+        return read_file(path, self.limits.max_decoded_bytes)
+
+    def _folder(self, name: str) -> Path:
+        """One of the dataset's folders, refused when it is a link or not a folder."""
+        return dataset_folder(self.root, name)
 
     # -- reading the versions --------------------------------------------------------------------
 
@@ -151,9 +165,10 @@ class DatasetFiles:
         return list(manifest_versions(self.root))
 
     def manifest_bytes(self, version: int) -> bytes:
+        self._folder(MANIFESTS)
         path = self.root / manifest_name(version)
         try:
-            return read_file(path)
+            return self._file(path)
         except FileNotFoundError:
             raise DatasetFileError(f"dataset {self.root} has no manifest version {version} ({path} is missing)",
                                    store=self.store) from None
@@ -166,19 +181,20 @@ class DatasetFiles:
     def pins(self) -> list[Pointer]:
         """The current pointer and every training run's pin."""
         out = [self.current()]
-        folder = self.root / PINS
+        folder = self._folder(PINS)
         if folder.is_dir():
             for entry in sorted(os.scandir(folder), key=lambda e: e.name):
                 if entry.name.endswith(".json") and not is_temp(entry.name):
-                    body = load_json(read_file(Path(entry.path)), entry.path, ("run_id", "version", "manifest_sha256"))
+                    body = load_json(self._file(Path(entry.path)), entry.path, ("run_id", "version", "manifest_sha256"))
                     out.append(Pointer(f"training run {body['run_id']}", int(body["version"]),
                                        str(body["manifest_sha256"])))
         return out
 
     def pin(self, run_id: str) -> Pointer:
+        self._folder(PINS)
         path = pin_file(self.root, run_id)
         try:
-            data = read_file(path)
+            data = self._file(path)
         except FileNotFoundError:
             raise DatasetFileError(f"no training run {run_id!r} is pinned in {self.root}", store=self.store) from None
         body = load_json(data, str(path), ("run_id", "version", "manifest_sha256"))
@@ -186,18 +202,20 @@ class DatasetFiles:
 
     def loader(self, *, version: int | None = None, pin: str | None = None) -> "DatasetLoader":
         """A loader of one version: the current one, ``version``, or the one training run ``pin`` recorded."""
-        return DatasetLoader(self.root, version=version, pin=pin)
+        return DatasetLoader(self.root, version=version, pin=pin, limits=self.limits)
 
     def _read(self, rel: str) -> bytes:
+        if "/" in rel:
+            self._folder(rel.split("/", 1)[0])
         path = self.root / rel
         try:
-            return read_file(path)
+            return self._file(path)
         except FileNotFoundError:
             raise DatasetFileError(f"dataset file {path} is missing", store=self.store) from None
 
     def shard_files(self) -> list[Path]:
         """Every file in ``shards/`` (shards of any version, shards no manifest lists, temporary files)."""
-        folder = self.root / SHARDS
+        folder = self._folder(SHARDS)
         if not folder.is_dir():
             return []
         return sorted(Path(e.path) for e in os.scandir(folder) if not e.is_dir(follow_symlinks=False))
@@ -214,7 +232,7 @@ class DatasetFiles:
         out: dict[str, list[str]] = {}
         for version, path in manifest_versions(self.root).items():
             try:
-                manifest = Manifest.from_bytes(read_file(path), str(path))
+                manifest = Manifest.from_bytes(self._file(path), str(path))
             except DatasetFileError:
                 continue
             label = f"v{version}" + (f" (pinned by {', '.join(pinned[version])})" if version in pinned else "")
@@ -230,19 +248,20 @@ class DatasetStore(DatasetFiles):
     ``snappy``, ``gzip`` or ``none``) apply to shards this store writes; ``shard_rows`` bounds the rows of
     one shard. ``lineage`` and ``store`` (the configured store name) let writes record lineage; without a
     lineage db nothing is recorded (the adapter opens the store that way). ``create=False`` refuses a
-    directory that holds no dataset.
+    directory that holds no dataset. ``limits`` bound every decode (:class:`~.files.DecodeLimits`). The
+    files it creates are mode 0600, its folders 0700.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, lineage: LineageDB | None = None, store: str = BACKEND,
                  format: str = "jsonl", compression: str = "zstd", shard_rows: int = 100_000, create: bool = True,
-                 lock_wait: float = STORE_LOCK_WAIT) -> None:
+                 lock_wait: float = STORE_LOCK_WAIT, limits: DecodeLimits | None = None) -> None:
         if format not in SUFFIXES:
             raise ValueError(f"unknown shard format {format!r}: one of {', '.join(SUFFIXES)}")
         if compression not in COMPRESSIONS:
             raise ValueError(f"unknown Parquet compression {compression!r}: one of {', '.join(COMPRESSIONS)}")
         if shard_rows < 1:
             raise ValueError("shard_rows must be at least 1")
-        super().__init__(path, store=store)
+        super().__init__(path, store=store, limits=limits)
         self.lineage = lineage
         self.format = format
         self.compression = compression
@@ -256,7 +275,7 @@ class DatasetStore(DatasetFiles):
             with self.lock:
                 if not (self.root / CURRENT).exists():
                     for folder in (MANIFESTS, SHARDS, PINS):
-                        (self.root / folder).mkdir(parents=True, exist_ok=True)
+                        make_folder(self._folder(folder))
                     self._commit(Manifest(version=1))
 
     # -- writing -----------------------------------------------------------------------------------
@@ -285,6 +304,7 @@ class DatasetStore(DatasetFiles):
         """Write ``manifest`` as the next version and point CURRENT at it (manifest first: CURRENT never
         names a missing file)."""
         version = max([0, *self.versions()]) + 1
+        self._folder(MANIFESTS)
         manifest.version = version
         data = manifest.to_bytes()
         write_atomic(self.root / manifest_name(version), data)
@@ -308,6 +328,7 @@ class DatasetStore(DatasetFiles):
     def _write_shard(self, rows: Sequence[Row], fmt: str) -> ShardEntry:
         data = encode_rows(rows, fmt, compression=self.compression)
         digest = sha256(data)
+        self._folder(SHARDS)
         name, n = f"part-{digest[:16]}", 1
         while (self.root / SHARDS / f"{name}{SUFFIXES[fmt]}").exists() or (self.root / SHARDS / f"{name}{SUFFIXES[fmt]}").is_symlink():
             n += 1
@@ -353,18 +374,23 @@ class DatasetStore(DatasetFiles):
             note_path = self.root / ERASURE
             note: dict[str, str] = {}
             if note_path.exists():
-                note = dict(load_json(read_file(note_path), str(note_path), ("shards",))["shards"])
+                note = dict(load_json(self._file(note_path), str(note_path), ("shards",))["shards"])
             rewritten = []
             fresh: dict[str, ShardEntry] = {}
             rows_dropped = 0
             rows_rewritten = 0
+            beyond: list[str] = []
             for path in self.shard_files():
                 fmt = format_of(path.name)
                 if fmt is None:
                     continue
                 rel = f"{SHARDS}/{path.name}"
-                data = read_file(path)
-                new, dropped, kept = drop_rows(data, fmt, drop, rel)
+                try:
+                    data = self._file(path)
+                    new, dropped, kept = drop_rows(data, fmt, drop, rel, self.limits)
+                except DatasetBoundError as exc:
+                    beyond.append(str(exc))  # left as it is: the physical probe names it, UNVERIFIED
+                    continue
                 if new is None:
                     continue
                 if rel not in note:
@@ -400,12 +426,13 @@ class DatasetStore(DatasetFiles):
                 "new_version": repinned,
                 "current_version": self.current().version,
                 "temporary_files_removed": removed,
+                **({"shards_past_the_decode_bounds": beyond} if beyond else {}),
             }
 
     def _remove_temp_files(self) -> list[str]:
         """Temporary files a killed write left (only this store writes them, under its lock)."""
         removed = []
-        for folder in (self.root, self.root / SHARDS, self.root / MANIFESTS, self.root / PINS):
+        for folder in (self.root, self._folder(SHARDS), self._folder(MANIFESTS), self._folder(PINS)):
             if not folder.is_dir():
                 continue
             for entry in os.scandir(folder):
@@ -421,7 +448,7 @@ class DatasetStore(DatasetFiles):
         scrubbed, relinked = [], []
         versions = manifest_versions(self.root)
         for version, path in versions.items():
-            manifest = Manifest.from_bytes(read_file(path), str(path))
+            manifest = Manifest.from_bytes(self._file(path), str(path))
             changed = False
             if drop & manifest.hidden():
                 manifest.suppressed = [i for i in manifest.suppressed if i not in drop]
@@ -431,7 +458,7 @@ class DatasetStore(DatasetFiles):
                 changed = True
             parent = versions.get(manifest.parent) if manifest.parent is not None else None
             if parent is not None:
-                parent_data = read_file(parent)
+                parent_data = self._file(parent)
                 if manifest.previous_sha256 != sha256(parent_data) and \
                         Manifest.from_bytes(parent_data, str(parent)).rewritten_by_erasure:
                     manifest.previous_sha256 = sha256(parent_data)
@@ -452,7 +479,7 @@ class DatasetStore(DatasetFiles):
                 entry = fresh[entry.path]
             elif entry.path in note:
                 data = self._read(entry.path)
-                ids, _ = decode_columns(data, entry.format, entry.path, texts=False)
+                ids, _ = decode_columns(data, entry.format, entry.path, texts=False, limits=self.limits)
                 entry = ShardEntry(entry.path, entry.format, len(ids), sha256(data))
             shards.append(entry)
         return Manifest(version=0, shards=shards, suppressed=list(manifest.suppressed), deleted=list(manifest.deleted))
@@ -488,7 +515,8 @@ class DatasetStore(DatasetFiles):
         with self.lock:
             data = self.manifest_bytes(manifest_version)
             pointer = Pointer(f"training run {run_id}", manifest_version, sha256(data))
-            ids = [ex.id for ex in DatasetLoader(self.root, pointer=pointer)]
+            ids = [ex.id for ex in DatasetLoader(self.root, pointer=pointer, limits=self.limits)]
+            self._folder(PINS)
             write_atomic(pin_file(self.root, run_id), dump_json({"run_id": run_id, "version": manifest_version,
                                                                  "manifest_sha256": pointer.sha256}))
         if self.lineage is None:
@@ -580,73 +608,7 @@ class DatasetWriter:
             self.store.lock.release()
 
 
-class DatasetLoader:
-    """Yields the examples of one manifest version that no manifest hides: every row of its shards, in
-    order, except those the version lists as deleted or suppressed and those the current version lists as
-    suppressed (an erasure hides an example from every version at once).
-
-    The version is the current one, ``version``, the one training run ``pin`` recorded, or ``pointer``
-    (one of :meth:`DatasetFiles.pins`). Its manifest
-    must hash to the pin (CURRENT's or the run's; a bare ``version`` has no pin to check) and each shard to
-    the SHA-256 the manifest records: anything else raises :class:`PinMismatchError` before a row of that
-    shard is yielded.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, version: int | None = None, pin: str | None = None,
-                 pointer: Pointer | None = None) -> None:
-        if sum(x is not None for x in (version, pin, pointer)) > 1:
-            raise ValueError("give a version, a pin or a pointer, not more than one")
-        self.root = Path(path)
-        self._store = DatasetFiles(self.root)
-        if pointer is not None:
-            self.pointer = pointer
-        elif pin is not None:
-            self.pointer = self._store.pin(pin)
-        elif version is not None:
-            self.pointer = Pointer(f"v{version}", version, None)
-        else:
-            self.pointer = self._store.current()
-
-    def manifest(self) -> Manifest:
-        """The pinned manifest, checked against the pin."""
-        data = self._store.manifest_bytes(self.pointer.version)
-        if self.pointer.sha256 is not None and sha256(data) != self.pointer.sha256:
-            raise PinMismatchError(f"manifest v{self.pointer.version} no longer matches {self.pointer.name}"
-                                   f" (it was rewritten, by an erasure or otherwise): refused")
-        return Manifest.from_bytes(data, str(self.root / manifest_name(self.pointer.version)))
-
-    def shards(self) -> list[ShardEntry]:
-        return self.manifest().shards
-
-    def hidden(self, manifest: Manifest | None = None) -> set[str]:
-        manifest = manifest or self.manifest()
-        current = self._store.manifest(self._store.current().version)
-        return manifest.hidden() | set(current.suppressed)
-
-    def iter_shards(self, shards: Sequence[ShardEntry], hidden: set[str]) -> Iterator[Example]:
-        for entry in shards:
-            data = self._store._read(entry.path)
-            if sha256(data) != entry.sha256:
-                raise PinMismatchError(f"shard {entry.path} no longer matches manifest v{self.pointer.version}"
-                                       f" ({self.pointer.name}): it was rewritten, by an erasure or otherwise: refused")
-            for row in decode_rows(data, entry.format, entry.path):
-                if row.id not in hidden:
-                    yield Example(row.id, row.text, row.meta)
-
-    def __iter__(self) -> Iterator[Example]:
-        manifest = self.manifest()
-        return self.iter_shards(manifest.shards, self.hidden(manifest))
-
-
-def torch_dataset(path: str | os.PathLike[str], *, version: int | None = None, pin: str | None = None,
-                  transform: Any = None) -> Any:
-    """A ``torch.utils.data.IterableDataset`` over :class:`DatasetLoader`: each DataLoader worker reads its
-    own share of the shards; ``transform(example)`` (default: ``{"id": ..., "text": ...}``) makes each item.
-    Needs PyTorch."""
-    from .torchdata import ExampleDataset
-
-    return ExampleDataset(DatasetLoader(path, version=version, pin=pin), transform)
-
+from .loader import DatasetLoader, torch_dataset  # noqa: E402 - the loaders, in their own module
 
 __all__ = ["BACKEND", "DatasetFiles", "DatasetLoader", "DatasetStore", "DatasetWriter", "Example", "PinMismatchError", "Pointer",
            "content_hash", "torch_dataset"]
