@@ -30,7 +30,7 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
-from .server import connect, dsn_from
+from .server import connect, dsn_from, read_only_dsn
 from .store import BACKEND, TOMBSTONED, PgVectorStore, lock_table, unlock_table
 from .hooks import PgVectorHooks
 
@@ -54,10 +54,31 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
         self.require("table")
-        self._connect()
+        self._copy: Any = None
+        """Read-only on an embedded data directory: the server on its private copy (``embedded.PrivateCopy``)."""
+        try:
+            self._connect()
+        except BaseException:
+            self._close_copy()
+            raise
+
+    def _dsn(self) -> str:
+        if self.read_only and not self.options.get("dsn") and self.options.get("data_dir"):
+            # Never a server started on the handed directory itself: a copy (or Tombstone's own running one).
+            if self._copy is not None and not self._copy.alive():
+                self._close_copy()
+            if self._copy is None:
+                self._read_only_dsn, self._copy = read_only_dsn(self.options["data_dir"])
+            return self._read_only_dsn
+        return dsn_from(self.options, self.store)
+
+    def _close_copy(self) -> None:
+        copy, self._copy = getattr(self, "_copy", None), None
+        if copy is not None:
+            copy.close()
 
     def _connect(self) -> None:
-        self.conn = connect(dsn_from(self.options, self.store), self.store)
+        self.conn = connect(self._dsn(), self.store)
         if self.read_only:
             # Every transaction of this session is read-only: the server refuses any write, and neither
             # CHECKPOINT nor ANALYZE is run (nor the ALTER TABLE that adds the tombstoned column).
@@ -70,7 +91,10 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         self.table, self.c = self.pg.table, self.pg.c
 
     def close(self) -> None:
-        self.conn.close()
+        try:
+            self.conn.close()
+        finally:
+            self._close_copy()
 
     @classmethod
     def credential_destination(cls, store: str, options: Mapping[str, Any]) -> str | None:

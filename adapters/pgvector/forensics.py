@@ -1,5 +1,6 @@
 """``tombstone scan`` for a pgvector table, through the adapter opened read-only (a read-only session; no
-CHECKPOINT, no VACUUM, no ANALYZE):
+CHECKPOINT, no VACUUM, no ANALYZE; an embedded data directory is read through a server on a private copy
+of it, ``embedded.PrivateCopy``, unless Tombstone's own server on it runs):
 
 - dead tuples: ``pgstattuple`` when the extension is installed (count and bytes), else the statistics
   collector's ``n_dead_tup`` (a count that may lag by a moment);

