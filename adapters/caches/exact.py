@@ -21,7 +21,7 @@ from sqlalchemy import Column, Integer, String, create_engine
 from sqlalchemy.orm import Session, declarative_base
 
 from tombstone.faults import kill_point
-from tombstone.fsutil import Snapshot
+from tombstone.fsutil import Snapshot, create_private
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, LineageDB
@@ -56,11 +56,15 @@ class TombstoneSQLiteCache(SQLAlchemyCache):
     """Set it with ``langchain_core.globals.set_llm_cache``; wrap LLM calls in ``attribution(...)``.
 
     ``update`` holds the store's lock (``<file>.tombstone.lock``; ``tombstone.storelock``), waiting at
-    most ``lock_wait`` seconds while an erasure changes or probes the file."""
+    most ``lock_wait`` seconds while an erasure changes or probes the file.
+
+    The cache holds prompts and answers: a database file it creates is mode 0600 (its journal files take
+    that mode), the folders it creates for it 0700; a file or folder already there keeps its mode."""
 
     def __init__(self, database_path: str | Path, *, lineage: LineageDB | None = None, store: str = BACKEND,
                  lock_wait: float = STORE_LOCK_WAIT) -> None:
-        Path(database_path).parent.mkdir(parents=True, exist_ok=True)
+        if str(database_path) not in ("", ":memory:"):
+            create_private(Path(database_path))  # before SQLite opens it
         super().__init__(create_engine(f"sqlite:///{database_path}"), cache_schema=TombstoneLLMCacheRow)
         self.lineage, self.store = lineage, store
         self.lock = StoreLock(lock_file_for(database_path), wait=lock_wait, store=store)

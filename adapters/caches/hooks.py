@@ -51,14 +51,13 @@ class SemanticCacheHooks:
 
     @classmethod
     def demo_fill(cls, kit, store: str, options: Mapping[str, Any], subjects: Sequence[str]) -> None:
-        import chromadb
-
         from tombstone_adapters.chroma.hooks import DEMO_METADATA
+        from tombstone_adapters.chroma.wrapper import persistent_client
 
         from .attribution import attribution
         from .semantic import TombstoneSemanticCache
 
-        collection = chromadb.PersistentClient(path=options["path"]).get_or_create_collection(
+        collection = persistent_client(options["path"]).get_or_create_collection(
             options.get("collection", "answers"), metadata=DEMO_METADATA, embedding_function=None)
         cache = TombstoneSemanticCache(collection, lineage=kit.lineage, store=store, embedder=kit.embedder())
         for ref in subjects:

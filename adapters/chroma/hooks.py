@@ -51,11 +51,9 @@ class ChromaHooks:
 
     @classmethod
     def demo_fill(cls, kit, store: str, options: Mapping[str, Any], subjects: Sequence[str]) -> None:
-        import chromadb
+        from .wrapper import TombstoneCollection, persistent_client
 
-        from .wrapper import TombstoneCollection
-
-        client = chromadb.PersistentClient(path=options["path"])
+        client = persistent_client(options["path"])
         collection = client.get_or_create_collection(options.get("collection", kit.collection),
                                                      metadata=DEMO_METADATA, embedding_function=None)
         chunks = TombstoneCollection(collection, lineage=kit.lineage, store=store, embedder=kit.embedder())

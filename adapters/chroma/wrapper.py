@@ -26,7 +26,7 @@ from tombstone.capture.hidden import HiddenIds, keep_positions
 from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, capture_vectors, embed
 from tombstone.lineage.db import LineageDB
-from tombstone.fsutil import write_atomic
+from tombstone.fsutil import create_private, make_private_dirs, write_atomic
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 from ._errors import mapped
@@ -165,6 +165,31 @@ def store_lock_of(collection: Any, store: str, wait: float = STORE_LOCK_WAIT) ->
     the adapter's reclaim holds; None for a collection that is not persisted in a local directory."""
     directory = _persist_directory(collection)
     return StoreLock(lock_file_for(directory), wait=wait, store=store) if directory else None
+
+
+CHROMA_DATABASE = "chroma.sqlite3"
+"""The SQLite file of a persist directory (records, documents, metadata)."""
+
+
+def private_persist_directory(persist_directory: str | os.PathLike[str]) -> Path:
+    """Make a persist directory that does not exist yet private before Chroma opens it: the directory (and
+    any missing parent) mode 0700, its ``chroma.sqlite3`` created empty with mode 0600 (SQLite's journal
+    files take its mode; Chroma fills the empty file with its schema). The segment folders and files Chroma
+    writes inside keep Chroma's own modes, behind the 0700 directory. A directory already there, the
+    user's, is left as it is."""
+    path = Path(persist_directory)
+    if not os.path.lexists(path):
+        make_private_dirs(path)
+        create_private(path / CHROMA_DATABASE)
+    return path
+
+
+def persistent_client(persist_directory: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """``chromadb.PersistentClient`` on the directory, made private first if Tombstone creates it
+    (:func:`private_persist_directory`)."""
+    import chromadb
+
+    return chromadb.PersistentClient(path=str(private_persist_directory(persist_directory)), **kwargs)
 
 
 def fresh_client(persist_directory: str | os.PathLike[str], **kwargs: Any) -> Any:

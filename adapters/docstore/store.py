@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.errors import StoreUnavailableError, TombstoneError
+from tombstone.fsutil import create_private
 from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.lineage.db import ArtifactRecord, LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -56,6 +57,9 @@ class DocStore:
 
     Writes hold the store's lock (``<file>.tombstone.lock``, beside it; ``tombstone.storelock``), waiting
     at most ``lock_wait`` seconds while an erasure changes or probes the file.
+
+    A file it creates is mode 0600 (its ``-wal``/``-shm`` take that mode), and the folders it creates for it
+    0700: it holds document text. A file or folder that was already there keeps its mode.
     """
 
     def __init__(
@@ -85,7 +89,10 @@ class DocStore:
         except TombstoneError as exc:
             raise StoreUnavailableError(f"cannot open docstore {self.path}: {exc}", store=store, retryable=False) from exc
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                # A new store is private: folders 0700, the file 0600 before SQLite opens it (its -wal and
+                # -shm take its mode). A file or folder that is already there keeps its mode.
+                create_private(self.path)
             self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             self._conn.execute("PRAGMA journal_mode=WAL")
             if secure_delete is not None:
@@ -93,6 +100,9 @@ class DocStore:
             self._conn.execute(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailableError(f"cannot open docstore {self.path}: {exc}", store=store) from exc
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot create docstore {self.path}: {exc.strerror or exc}", store=store,
+                                        retryable=False) from exc
         self.lock = StoreLock(lock_file_for(self.path), wait=lock_wait, store=store)
 
     def close(self) -> None:

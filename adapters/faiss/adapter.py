@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
+from tombstone.errors import ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
 from tombstone.fsutil import Snapshot
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
@@ -23,9 +23,25 @@ from .store import BACKEND, FaissStore
 from .hooks import FaissHooks
 
 
+def metadata_limit(store: str, options: Mapping[str, Any]) -> int | None:
+    """The ``max_metadata_bytes`` option (a positive integer, or a string of one), or None for the default."""
+    value = options.get("max_metadata_bytes")
+    if value is None:
+        return None
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        limit = 0
+    if limit <= 0:
+        raise ConfigError(f"store {store!r}: max_metadata_bytes = {value!r} is not a positive number of bytes",
+                          store=store)
+    return limit
+
+
 class FaissAdapter(FaissHooks, Adapter):
     """Options: ``path`` (the store directory); ``reclaim``: ``in-place`` (default: zero the erased vectors,
-    keep the graph) or ``rewrite`` (rebuild the graph from the survivors on every erasure)."""
+    keep the graph) or ``rewrite`` (rebuild the graph from the survivors on every erasure);
+    ``max_metadata_bytes``: the largest state file read whole (64 MiB by default)."""
 
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
@@ -41,6 +57,7 @@ class FaissAdapter(FaissHooks, Adapter):
         """The store's own directory (what the physical probe reads)."""
         self._snapshot: Snapshot | None = None
         path = self.dir
+        limit = metadata_limit(store, options)
         if self.read_only:
             if not (self.dir / "CURRENT").is_file():
                 raise StoreUnavailableError(f"no FAISS store at {self.dir}", store=store, retryable=False)
@@ -49,7 +66,7 @@ class FaissAdapter(FaissHooks, Adapter):
             self._snapshot = Snapshot(prefix="tombstone-faiss-")
             path = self._snapshot.copy_tree(self.dir)
         try:
-            self.faiss = FaissStore(path, store=store, create=False)
+            self.faiss = FaissStore(path, store=store, create=False, max_metadata_bytes=limit)
         except BaseException:
             self.close()
             raise

@@ -39,6 +39,15 @@ writes its zeros into the file, which the shared mapping shows at once.
 A store written as ``sidecar-<N>.json`` (every record in one JSON document) is read as before, and its next
 commit writes it in this layout.
 
+The store's files are untrusted data: each is opened only as a regular file inside the store directory
+(``tombstone.fsutil.open_regular``: never through a link, never a FIFO or a device, which are refused in one
+line naming the file); CURRENT, the state and a ``sidecar-<N>.json`` are read whole only up to
+``max_metadata_bytes`` (64 MiB unless the store's options say otherwise), and the state's fields must be of
+the types written here. Every count the files hold is checked against the bytes the files really have before
+anything is allocated for it: the index file is walked before faiss reads it (``indexfile``), the heads rows
+and ids the state names must fit in the heads files, and the records' committed length in the records file.
+The directory is created mode 0700 and every file in it 0600.
+
 Every change (``add``, and the adapter's ``exclude``, ``drop_mapping`` and ``rebuild``) holds the store's
 lock, ``<directory>.tombstone.lock`` beside the directory (``tombstone.storelock``), and starts by
 loading the newest generation: writers in several processes, and an erasure, take turns, and none
@@ -49,6 +58,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import mmap
 import operator
 import os
 import secrets
@@ -67,6 +77,7 @@ from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import StoreUnavailableError
+from tombstone.fsutil import METADATA_LIMIT, make_private_dirs, open_regular, read_fd, read_regular
 from tombstone.fsutil import write_atomic as _write_atomic
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -85,11 +96,42 @@ _ZEROED_BYTES = 8 * _ID_AT
 """The bytes of a row zeroed when its line is blanked: label, line place and the id's CRC."""
 _HEADS_MARK = int.from_bytes(b"TSHEADS1", "little")
 _LOAD_TRIES = 3
+_CURRENT_LIMIT = 1 << 20
+"""CURRENT holds ``{"generation": N}``: no more than 1 MiB of it is read."""
+
+
+def _json(data: bytes, path: Path) -> Any:
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{path} nests too deep") from None
 
 
 def current_generation(root: Path) -> int:
-    """The generation ``root/CURRENT`` names. Raises OSError, ValueError or KeyError when it does not read."""
-    return json.loads((root / "CURRENT").read_text())["generation"]
+    """The generation ``root/CURRENT`` names. Raises OSError, ValueError or KeyError when it does not read,
+    StoreUnavailableError when CURRENT is not a regular file inside the store."""
+    generation = _json(read_regular(root / "CURRENT", root, _CURRENT_LIMIT), root / "CURRENT")["generation"]
+    if not isinstance(generation, int) or isinstance(generation, bool) or not 0 <= generation < 10**9:
+        raise ValueError(f"{root / 'CURRENT'} names no generation")
+    return generation
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _state_problem(state: Any) -> str | None:
+    """What makes a state file's content not one this module writes, or None."""
+    if not isinstance(state, dict):
+        return "it is not an object"
+    if not _ints([state.get("next_label"), state.get("records_length")]) or state["records_length"] < 0:
+        return "its next label or records length is not an integer"
+    if not all(_ints(state.get(key, [])) for key in ("excluded", "zeroed", "dead")):
+        return "its excluded, zeroed or dead labels are not lists of integers"
+    heads = state.get("heads")
+    if heads is not None and not (_ints(heads) and len(heads) == 3 and min(heads[1:]) >= 0):
+        return "its heads are not [token, rows, bytes]"
+    return None
 
 
 _DOCUMENT_KEY = b', "document": '
@@ -199,7 +241,7 @@ class LazyRecords(MutableMapping):
 
     def _read(self, offset: int, length: int) -> bytes:
         if self._fd is None:
-            self._fd = os.open(self._path, os.O_RDONLY)
+            self._fd = open_regular(self._path, self._path.parent)
             weakref.finalize(self, os.close, self._fd)
         return os.pread(self._fd, length, offset)
 
@@ -231,8 +273,8 @@ class LazyRecords(MutableMapping):
         labels, offsets, lengths = self._lines.located(np.fromiter(by_label, np.int64, len(by_label)))
         if not len(labels):
             return
-        with open(self._path, "rb") as fh:
-            data = fh.read(int((offsets + lengths).max()))
+        with open(self._path, "rb", opener=lambda path, _flags: open_regular(path, self._path.parent)) as fh:
+            data = read_fd(fh.fileno(), int((offsets + lengths).max()))
         chunks = [data[o:o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]
         try:
             rows = orjson.loads(b"[" + b",".join(chunks) + b"]")
@@ -266,10 +308,18 @@ def _read_heads(root: Path, heads: Any, records_length: int,
     it (missing, short, another token, rows and ids that do not add up): the records file is parsed then."""
     try:
         token, rows, size = (int(v) for v in heads)
-        with open(root / HEADS, "rb") as fh:
-            table = np.frombuffer(fh.read(8 * _HEAD_COLUMNS * (rows + 1)), dtype="<i8")
-        with open(root / HEAD_IDS, "rb") as fh:
-            blob = fh.read(size)
+        table_bytes = 8 * _HEAD_COLUMNS * (rows + 1)
+        fds = [open_regular(root / HEADS, root)]
+        try:
+            fds.append(open_regular(root / HEAD_IDS, root))
+            # rows and bytes the state claims past what the files hold: never allocated, the records parsed
+            if rows < 0 or size < 0 or os.fstat(fds[0]).st_size < table_bytes or os.fstat(fds[1]).st_size < size:
+                return None
+            table = np.frombuffer(read_fd(fds[0], table_bytes), dtype="<i8")
+            blob = read_fd(fds[1], size)
+        finally:
+            for fd in fds:
+                os.close(fd)
         if table.size != _HEAD_COLUMNS * (rows + 1) or len(blob) != size:
             return None
         table = table.reshape(rows + 1, _HEAD_COLUMNS)
@@ -299,8 +349,13 @@ def _parse_lines(root: Path, generation: int, length: int) -> tuple[list[str], n
     """The live lines' ids, labels, offsets and lengths, parsed from the first ``length`` bytes of the records
     file: each line's head (its id and label, which every line starts with) only, all at once (orjson). A
     line that does not start that way is parsed whole."""
-    with open(root / RECORDS, "rb") as fh:
-        data = fh.read(length)
+    fd = open_regular(root / RECORDS, root)
+    try:
+        if os.fstat(fd).st_size < length:  # refused before a buffer of the claimed length is allocated
+            raise ValueError(f"{RECORDS} is shorter than generation {generation} says")
+        data = read_fd(fd, length)
+    finally:
+        os.close(fd)
     if len(data) != length or (length and not data.endswith(b"\n")):
         raise ValueError(f"{RECORDS} is shorter than generation {generation} says")
     lines = data.split(b"\n")[:-1]
@@ -528,26 +583,33 @@ def id_label_pairs(labels: Mapping[str, int]) -> tuple[list[str], np.ndarray]:
     return list(labels), np.fromiter(labels.values(), np.int64, len(labels))
 
 
-def read_generation(root: Path, generation: int,
+def read_generation(root: Path, generation: int, limit: int = METADATA_LIMIT,
                     ) -> tuple[dict[str, Any], LineIndex, dict[int, str]]:
     """Generation ``generation``'s records and state as one dict (``labels``: id -> label, ``records``: id -> the record,
     with its ``document`` and ``metadata``, ``excluded``, ``zeroed``, ``next_label``, ``records_length``,
     ``heads``: the heads files' ``[token, rows, id bytes]`` when they were read, else None), where its records'
     lines lie, and the lines still to blank (label -> id of each record this generation dropped whose line is not
     yet spaces). Reads a ``sidecar-<N>.json`` store too (no lines, nothing to blank). Raises OSError or
-    ValueError when the files do not read as a generation.
+    ValueError when the files do not read as a generation, StoreUnavailableError when one is not a regular
+    file inside ``root`` or the state or sidecar holds more than ``limit`` bytes.
 
     Each live line's id and label come from the heads files where the state names them and they agree with it,
     else from the records file (:func:`_parse_lines`); documents and metadata are read when asked for
     (:class:`LazyRecords`)."""
     legacy = root / f"sidecar-{generation:06d}.json"
     state_path = root / f"state-{generation:06d}.json"
-    if not state_path.exists() and legacy.exists():
-        side = json.loads(legacy.read_text(encoding="utf-8"))
+    if not os.path.lexists(state_path) and os.path.lexists(legacy):
+        side = _json(read_regular(legacy, root, limit, option="max_metadata_bytes"), legacy)
+        if not isinstance(side, dict) or not isinstance(side.get("labels"), dict) or not isinstance(
+                side.get("records"), dict) or _state_problem({**side, "records_length": 0, "heads": None}):
+            raise ValueError(f"{legacy} is not a FAISS store's sidecar")
         side.setdefault("zeroed", [])
         side["records_length"], side["heads"] = 0, None
         return side, LineIndex(), {}
-    state = json.loads(state_path.read_text(encoding="utf-8"))
+    state = _json(read_regular(state_path, root, limit, option="max_metadata_bytes"), state_path)
+    problem = _state_problem(state)
+    if problem:
+        raise ValueError(f"{state_path} is not a FAISS store's state: {problem}")
     length = int(state["records_length"])
     heads = state.get("heads")
     found = _read_heads(root, heads, length) if heads is not None else None
@@ -573,15 +635,19 @@ def read_generation(root: Path, generation: int,
 
 
 def _read_index(path: Path) -> tuple[Any, bool]:
-    """``path``'s index, its flat vectors mapped read-only where faiss can map them (True), else read in."""
+    """``path``'s index, its flat vectors mapped read-only where faiss can map them (True), else read in;
+    the file checked first (``indexfile.read_index``: a regular file of the store, every count within its
+    bytes)."""
+    from .indexfile import read_index
+
     flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)  # faiss 1.11 and later
     if flag is not None:
         try:
-            return faiss.read_index(str(path), flag), True
+            return read_index(path, flags=flag), True
         except RuntimeError:
             if not path.exists():
                 raise
-    return faiss.read_index(str(path)), False
+    return read_index(path), False
 
 
 def _link(source: Path, target: Path) -> bool:
@@ -608,11 +674,15 @@ def flat_codes_offset(path: Path, index: Any) -> int | None:
     ids = faiss.vector_to_array(index.id_map).astype("<i8")
     tail, codes = 8 + 8 * n, 4 * n * d
     try:
-        size = path.stat().st_size
+        fd = open_regular(path, path.parent)
+    except (OSError, StoreUnavailableError):
+        return None
+    try:
+        size = os.fstat(fd).st_size
         start = size - tail - codes
         if start < 8:
             return None
-        with open(path, "rb") as fh:
+        with open(fd, "rb", closefd=False) as fh:
             fh.seek(start - 8)
             count = int.from_bytes(fh.read(8), "little")
             first = fh.read(4 * d)
@@ -621,6 +691,8 @@ def flat_codes_offset(path: Path, index: Any) -> int | None:
             stored_ids = fh.read(tail)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     flat = faiss.rev_swig_ptr(storage.get_xb(), n * d)
     if count not in (n * d, codes) or stored_ids != n.to_bytes(8, "little") + ids.tobytes():
         return None
@@ -633,8 +705,8 @@ def _zero_slots(path: Path, offset: int, slots: list[int], width: int) -> bool:
     """Overwrite ``width`` bytes at ``offset + slot * width`` for each slot with zeros, then fsync."""
     zeros = b"\x00" * width
     try:
-        fd = os.open(path, os.O_WRONLY)
-    except OSError:
+        fd = open_regular(path, path.parent, write=True)
+    except (OSError, StoreUnavailableError):
         return False
     try:
         for slot in slots:
@@ -662,8 +734,16 @@ class FaissStore:
         embedder: Embedder | None = None,
         create: bool = True,
         lock_wait: float = STORE_LOCK_WAIT,
+        max_metadata_bytes: int | str | None = None,
     ) -> None:
         self.dir = Path(directory)
+        try:
+            # no state or sidecar larger than this is read (64 MiB by default)
+            self.max_metadata_bytes = METADATA_LIMIT if max_metadata_bytes is None else int(max_metadata_bytes)
+        except (TypeError, ValueError):
+            self.max_metadata_bytes = 0
+        if self.max_metadata_bytes <= 0:
+            raise ValueError(f"max_metadata_bytes = {max_metadata_bytes!r} is not a positive number of bytes")
         self.lineage, self.store, self.embedder = lineage, store, embedder
         self.hidden = HiddenIds(lineage, store) if lineage is not None else None
         """Ids suppressed in the lineage db and not yet reclaimed: hidden like excluded labels."""
@@ -687,14 +767,14 @@ class FaissStore:
             self._open(dim, m, ef_construction, ef_search, metric, create)
 
     def _open(self, dim, m, ef_construction, ef_search, metric, create) -> None:
-        if (self.dir / "CURRENT").is_file():
+        if os.path.lexists(self.dir / "CURRENT"):  # whatever is there: one that is not a file is refused
             self._load()
         elif create:
             if dim is None:
                 raise ValueError("a new FAISS store needs dim=")
             if metric not in _METRICS:
                 raise ValueError(f"metric must be one of {sorted(_METRICS)}")
-            self.dir.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.dir)
             self._index = self._new_index(dim, m, ef_construction, ef_search, _METRICS[metric])
             self._mapped = False
             self.generation = 0
@@ -723,7 +803,7 @@ class FaissStore:
             try:
                 generation = current_generation(self.dir)
                 index, mapped = _read_index(self._index_file(generation))
-                side, lines, to_blank = read_generation(self.dir, generation)
+                side, lines, to_blank = read_generation(self.dir, generation, self.max_metadata_bytes)
                 break
             except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 # a writer may have switched generations (and blanked lines) while this one was being read
@@ -736,7 +816,7 @@ class FaissStore:
                 raise StoreUnavailableError(f"cannot load FAISS store {self.dir}: {exc}", store=self.store) from exc
         self.generation, self._index, self._mapped, self.side = generation, index, mapped, side
         self._lines, self._new, self._dead = lines, [], dict(to_blank)
-        self._rewrite_records = not self._state_file(generation).exists()
+        self._rewrite_records = not os.path.lexists(self._state_file(generation))
         self._views = None
 
     def refresh(self) -> None:
@@ -870,7 +950,7 @@ class FaissStore:
         new = list(self.side["labels"]) if self._rewrite_records else [i for i in self._new if i in self.side["labels"]]
         lines = [_record_line(i, self.side["labels"][i], self.side["records"][i]["document"],
                               self.side["records"][i]["metadata"]) for i in new]
-        fd = os.open(self.records_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_regular(self.records_path, self.dir, create=True, store=self.store)
         try:
             size = os.fstat(fd).st_size
             if size != committed:
@@ -924,7 +1004,7 @@ class FaissStore:
         row_bytes = 8 * _HEAD_COLUMNS
         for name, at, data in ((HEADS, row_bytes * (rows + 1 if rows else 0), table.tobytes()),
                                (HEAD_IDS, size, b"".join(n + b"\n" for n in names))):
-            fd = os.open(self.dir / name, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_regular(self.dir / name, self.dir, create=True, store=self.store)
             try:
                 cut = os.fstat(fd).st_size != at
                 if cut:
@@ -944,8 +1024,8 @@ class FaissStore:
         places = self._lines.places(labels)
         if places:
             try:
-                fd = os.open(self.records_path, os.O_WRONLY)
-            except OSError:
+                fd = open_regular(self.records_path, self.dir, write=True, store=self.store)
+            except (OSError, StoreUnavailableError):
                 return
             try:
                 for offset, length in places:
@@ -970,16 +1050,20 @@ class FaissStore:
         _, rows, _ = (int(v) for v in self.side["heads"])
         row_bytes = 8 * _HEAD_COLUMNS
         try:
-            # mapped read-only (the rows are found in place, not copied); the writes below go through the fd
-            table = np.memmap(self.dir / HEADS, dtype="<i8", mode="r", shape=(rows + 1, _HEAD_COLUMNS))[1:]
-            hits = np.flatnonzero(np.isin(table[:, _LABEL], np.asarray(labels, np.int64)) & (table[:, _LINE_LEN] > 0))
-            places = table[hits][:, [_ID_AT, _ID_LEN]].tolist()
-            del table
-            if not len(hits):
-                return True
-            heads = os.open(self.dir / HEADS, os.O_WRONLY)
+            heads = open_regular(self.dir / HEADS, self.dir, write=True, store=self.store)
             try:
-                ids = os.open(self.dir / HEAD_IDS, os.O_WRONLY)
+                if os.fstat(heads).st_size < row_bytes * (rows + 1):
+                    return False
+                # mapped read-only (the rows are found in place, not copied); the writes below go through the fd
+                with mmap.mmap(heads, row_bytes * (rows + 1), prot=mmap.PROT_READ) as view:
+                    table = np.frombuffer(view, dtype="<i8").reshape(rows + 1, _HEAD_COLUMNS)[1:]
+                    hits = np.flatnonzero(np.isin(table[:, _LABEL], np.asarray(labels, np.int64))
+                                          & (table[:, _LINE_LEN] > 0))
+                    places = table[hits][:, [_ID_AT, _ID_LEN]].tolist()
+                    del table
+                if not len(hits):
+                    return True
+                ids = open_regular(self.dir / HEAD_IDS, self.dir, write=True, store=self.store)
                 try:
                     for row, (at, length) in zip(hits.tolist(), places):
                         os.pwrite(heads, bytes(_ZEROED_BYTES), row_bytes * (row + 1))
@@ -990,7 +1074,7 @@ class FaissStore:
                 os.fsync(heads)
             finally:
                 os.close(heads)
-        except (OSError, ValueError):
+        except (OSError, ValueError, StoreUnavailableError):
             return False
         return True
 

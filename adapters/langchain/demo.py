@@ -61,12 +61,11 @@ def _cache(kit: Any, store: str, backend: str, options: Mapping[str, Any]) -> An
         from tombstone_adapters.caches import TombstoneSQLiteCache
 
         return TombstoneSQLiteCache(options["path"], lineage=kit.lineage, store=store)
-    import chromadb
-
     from tombstone_adapters.caches import TombstoneSemanticCache
     from tombstone_adapters.chroma.hooks import DEMO_METADATA
+    from tombstone_adapters.chroma.wrapper import persistent_client
 
-    collection = chromadb.PersistentClient(path=str(options["path"])).get_or_create_collection(
+    collection = persistent_client(options["path"]).get_or_create_collection(
         options.get("collection", "answers"), metadata=DEMO_METADATA, embedding_function=None)
     return TombstoneSemanticCache(collection, lineage=kit.lineage, store=store, embedder=kit.embedder())
 

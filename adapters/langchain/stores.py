@@ -22,11 +22,10 @@ def open_wrapper(tomb: Any, store: str, *, embedder: Any, dim: int,
     cfg = tomb.config.stores[store]
     options, lineage = cfg.options, tomb.lineage
     if cfg.backend == "chroma":
-        import chromadb
-
         from tombstone_adapters.chroma import TombstoneCollection
+        from tombstone_adapters.chroma.wrapper import persistent_client
 
-        client = chromadb.PersistentClient(path=str(options["path"]))
+        client = persistent_client(options["path"])
         collection = client.get_or_create_collection(options.get("collection", "rag-chunks"),
                                                      metadata=collection_metadata or {"hnsw:space": "cosine"},
                                                      embedding_function=None)

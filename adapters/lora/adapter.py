@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
+from tombstone.fsutil import open_regular
 from tombstone.lineage.records import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.physical import default_patterns
 
-from .store import BACKEND, REGISTRY, LoraStore, LoraTarget, retired_tag, split_artifact
+from .store import BACKEND, LoraStore, LoraTarget, retired_tag, split_artifact
 
 for _module in ("torch", "transformers", "peft"):  # the model extra; imported only when a model is loaded
     if importlib.util.find_spec(_module) is None:
@@ -28,7 +29,9 @@ _CHUNK = 1 << 20
 
 
 class LoraAdapter(Adapter):
-    """Options: ``path`` (the model store directory, required), ``lock_wait`` (seconds, optional)."""
+    """Options: ``path`` (the model store directory, required), ``lock_wait`` (seconds, optional),
+    ``max_metadata_bytes`` (the largest registry read, 64 MiB by default) and ``max_weights_bytes`` (the largest
+    weights file read, 4 GiB by default)."""
 
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE,
@@ -39,7 +42,8 @@ class LoraAdapter(Adapter):
     def __init__(self, store: str, options: dict[str, Any]) -> None:
         super().__init__(store, options)
         self.require("path")
-        kwargs = {"lock_wait": float(options["lock_wait"])} if "lock_wait" in options else {}
+        kwargs: dict[str, Any] = {"lock_wait": float(options["lock_wait"])} if "lock_wait" in options else {}
+        kwargs.update({key: options[key] for key in ("max_metadata_bytes", "max_weights_bytes") if key in options})
         self.model = LoraStore(options["path"], store=store, create=False, **kwargs)
         self.model.registry()  # a registry that cannot be read stops an erasure before it starts
 
@@ -135,7 +139,11 @@ class LoraAdapter(Adapter):
             hashed = 0
             for path in _files(self.model.root):
                 digest = hashlib.sha256()
-                with open(path, "rb") as fh:
+                try:  # a regular file when listed; opened so that a FIFO or link put there since is refused
+                    fd = open_regular(path, self.model.root, store=self.store)
+                except (OSError, StoreUnavailableError) as exc:
+                    raise PhysicalUnsupportedError(f"{path} could not be hashed: {exc}", store=self.store) from exc
+                with open(fd, "rb") as fh:
                     while chunk := fh.read(_CHUNK):
                         digest.update(chunk)
                 hashed += 1
@@ -214,7 +222,7 @@ class LoraAdapter(Adapter):
         """The registry read with json: each shard's weights SHA-256, examples and serving state, the
         held-out lists, and the files in the store (sorted)."""
         root = Path(options["path"])
-        reg = json.loads((root / REGISTRY).read_text())
+        reg = LoraStore(root, create=False).registry()
         shards = {name: (e.get("sha256"), sorted(e["examples"]), sorted(e.get("suppressed", ())))
                   for name, e in sorted(reg["shards"].items())}
         return {"shards": shards, "holdout": reg["holdout"],

@@ -24,6 +24,14 @@ trained, what the model probe compares against); and, per shard, the SHA-256 of 
 erasure retired, hashed again (so the registry names no retired file, and a probe can still recognise a
 copy of one).
 
+The store's files are untrusted data. The registry and the weights are read only as regular files inside
+the store (never through a link, never a FIFO or a device: ``tombstone.fsutil.read_regular``), the registry
+up to ``max_metadata_bytes`` (64 MiB unless the store's options say otherwise) and a weights file up to
+``max_weights_bytes`` (4 GiB); a registry whose fields are not of the types written here is refused. A file
+the registry names (a shard's or the base model's weights) must lie inside the store: an entry that leaves it
+(``../``, an absolute path, a folder that is a link out of the store) is refused in one line naming the
+entry, and nothing is read, written or deleted through it. Folders are created mode 0700, files 0600.
+
 Lineage: :meth:`LoraStore.train` records, for every example it trains into a shard, an artifact
 ``<shard>:<example id>`` (kind ``model_example``) derived from the example, and for every held-out example
 ``holdout:<example id>`` (kind ``model_holdout``), each owned by the example's subject. A training run the
@@ -44,10 +52,11 @@ from typing import Any
 
 from tombstone.errors import StoreUnavailableError
 from tombstone.faults import kill_point
-from tombstone.fsutil import write_atomic
+from tombstone.fsutil import METADATA_LIMIT, confined_path, make_private_dirs, read_regular, write_atomic
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 from . import model as M
+from .registry import byte_limit, registry_problem
 
 BACKEND = "lora"
 REGISTRY = "registry.json"
@@ -64,6 +73,8 @@ HELD_OUT_RELATION = "held_out_by"
 HOLDOUT_PREFIX = "holdout:"
 DIGITS = "0123456789"
 RETIRED_TAG = b"tombstone-retired-weights\x00"
+WEIGHTS_LIMIT = 4 * 1024 * 1024 * 1024
+"""Default bound (4 GiB) on a weights file the store reads (the store option ``max_weights_bytes``)."""
 
 
 class ModelStoreError(StoreUnavailableError):
@@ -95,14 +106,6 @@ def _digest(ids: Iterable[str]) -> str:
     return hashlib.sha256("\x00".join(sorted(ids)).encode("utf-8")).hexdigest()
 
 
-def _read(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        raise ModelStoreError(f"model store file {path} is missing") from None
-
-
 class LoraStore:
     """A model store directory (see the module docstring) and the operations on it.
 
@@ -113,19 +116,25 @@ class LoraStore:
 
     def __init__(self, path: str | os.PathLike[str], *, lineage: Any = None, store: str = BACKEND,
                  config: M.ModelConfig | None = None, create: bool = True, lock_wait: float = STORE_LOCK_WAIT,
-                 content_key: Callable[[str], str] | None = None) -> None:
+                 content_key: Callable[[str], str] | None = None, max_metadata_bytes: int | None = None,
+                 max_weights_bytes: int | None = None) -> None:
         self.root = Path(path)
+        self.max_metadata_bytes = byte_limit(max_metadata_bytes, "max_metadata_bytes", METADATA_LIMIT)
+        """No registry larger than this is read (64 MiB by default)."""
+        self.max_weights_bytes = byte_limit(max_weights_bytes, "max_weights_bytes", WEIGHTS_LIMIT)
+        """No weights file larger than this is read (4 GiB by default)."""
         self.lineage = lineage
         self.store = store
         self.content_key = content_key or (lineage.secret.content_key if lineage is not None else None)
         """Keys a SHA-256 hex digest (a canary's), as the lineage db keys content hashes; None: unkeyed."""
         self.lock = StoreLock(lock_file_for(self.root), wait=lock_wait, store=store)
-        if not (self.root / REGISTRY).exists():
+        if not os.path.lexists(self.root / REGISTRY):
             if not create:
                 raise StoreUnavailableError(f"no model store at {self.root} (it has no {REGISTRY})", store=store,
                                             retryable=False)
             with self.lock:
-                if not (self.root / REGISTRY).exists():
+                if not os.path.lexists(self.root / REGISTRY):
+                    make_private_dirs(self.root)
                     cfg = config or M.ModelConfig()
                     self._write({"format": FORMAT, "format_version": FORMAT_VERSION, "config": cfg.to_dict(),
                                  "base": None, "dataset": None, "sharded": True, "shards": {}, "holdout": [],
@@ -134,14 +143,29 @@ class LoraStore:
 
     # -- the registry ------------------------------------------------------------------------------
 
+    def _read(self, path: Path, limit: int, option: str) -> bytes:
+        """A file of the store, read as a regular file inside it, of at most ``limit`` bytes."""
+        try:
+            return read_regular(path, self.root, limit, option=option, store=self.store)
+        except FileNotFoundError:
+            raise ModelStoreError(f"model store file {path} is missing", store=self.store) from None
+        except OSError as exc:
+            raise ModelStoreError(f"cannot read {path}: {exc.strerror or exc}", store=self.store) from exc
+
+    def _file(self, relative: Any, what: str) -> Path:
+        """The path of a file the registry names (``what``: which entry), refused unless inside the store."""
+        return confined_path(self.root, relative, f"{self.root / REGISTRY}: {what}", store=self.store)
+
     def registry(self) -> dict[str, Any]:
-        data = _read(self.root / REGISTRY)
+        data = self._read(self.root / REGISTRY, self.max_metadata_bytes, "max_metadata_bytes")
         try:
             body = json.loads(data)
-        except ValueError as exc:
-            raise ModelStoreError(f"{self.root / REGISTRY} is not JSON: {exc}", store=self.store) from exc
-        if body.get("format") != FORMAT:
-            raise ModelStoreError(f"{self.root / REGISTRY} is not a model store registry", store=self.store)
+        except (ValueError, RecursionError) as exc:
+            raise ModelStoreError(f"{self.root / REGISTRY} is not JSON: {str(exc).splitlines()[0]}",
+                                  store=self.store) from None
+        problem = registry_problem(body, FORMAT)
+        if problem:
+            raise ModelStoreError(f"{self.root / REGISTRY} is refused: {problem}", store=self.store)
         return body
 
     def _write(self, body: Mapping[str, Any]) -> None:
@@ -172,19 +196,35 @@ class LoraStore:
 
     # -- weights -----------------------------------------------------------------------------------
 
-    def _weights(self, rel: str, sha256: str) -> bytes:
-        data = _read(self.root / rel)
+    def _write_weights(self, rel: str, data: bytes) -> None:
+        """Write a weights file this store names itself (``base/...``, ``adapters/...``), in a folder of mode
+        0700 inside the store."""
+        path = self._file(rel, "new weights file")
+        make_private_dirs(path.parent)
+        self._file(rel, "new weights file")  # the folder made (or found) is inside the store
+        write_atomic(path, data)
+
+    def _weights(self, rel: str, sha256: str, what: str = "weights file") -> bytes:
+        path = self._file(rel, what)
+        data = self._read(path, self.max_weights_bytes, "max_weights_bytes")
         if M.adapter_sha256(data) != sha256:
-            raise ModelStoreError(f"{self.root / rel} does not hash to what the registry records: refused",
-                                  store=self.store)
+            raise ModelStoreError(f"{path} does not hash to what the registry records: refused", store=self.store)
         return data
 
     def base_model(self, registry: Mapping[str, Any] | None = None) -> Any:
         reg = registry or self.registry()
         if not reg.get("base"):
             raise ModelStoreError(f"model store {self.root} has no base model yet (train_base first)", store=self.store)
-        return M.load_base(M.ModelConfig.from_dict(reg["config"]), self._weights(reg["base"]["file"],
-                                                                                    reg["base"]["sha256"]))
+        cfg = M.ModelConfig.from_dict(reg["config"])
+        data = self._weights(reg["base"]["file"], reg["base"]["sha256"], "base.file")
+        # the model is built from the registry's config before the weights are loaded into it: a config that
+        # asks for more parameters than the weights file holds is refused before anything is allocated
+        params = (M.VOCAB + cfg.n_positions) * cfg.n_embd + cfg.n_layer * (12 * cfg.n_embd ** 2 + 13 * cfg.n_embd)
+        if 2 * params > len(data) + (1 << 20):
+            raise ModelStoreError(f"{self.root / REGISTRY}: its config asks for a model of about {params} parameters,"
+                                  f" more than the base weights file ({len(data)} bytes) holds: refused",
+                                  store=self.store)
+        return M.load_base(cfg, data)
 
     def ensemble(self, registry: Mapping[str, Any] | None = None) -> M.Ensemble:
         """The base model with every trained shard's adapter loaded (weights checked against the registry);
@@ -192,7 +232,7 @@ class LoraStore:
         reg = registry or self.registry()
         key = json.dumps(reg, sort_keys=True)
         if self._cache is None or self._cache[0] != key:
-            shards = {name: M.load_state(self._weights(e["file"], e["sha256"]))
+            shards = {name: M.load_state(self._weights(e["file"], e["sha256"], f"shards.{name}.file"))
                       for name, e in sorted(reg["shards"].items()) if e.get("file")}
             self._cache = (key, M.Ensemble(M.ModelConfig.from_dict(reg["config"]), self.base_model(reg), shards))
         return self._cache[1]
@@ -210,13 +250,14 @@ class LoraStore:
             data = M.base_bytes(model)
             sha = M.adapter_sha256(data)
             rel = f"{BASE_DIR}/base-{sha[:16]}.safetensors"
-            write_atomic(self.root / rel, data)
             old = reg.get("base")
+            old_path = self._file(old["file"], "base.file") if old else None  # refused before anything changes
+            self._write_weights(rel, data)
             reg["base"] = {"file": rel, "sha256": sha, "texts": len(texts),
                            "trained": {**stats, "seconds": round(time.perf_counter() - start, 2)}}
             self._write(reg)
-            if old and old["file"] != rel:
-                (self.root / old["file"]).unlink(missing_ok=True)
+            if old_path is not None and old["file"] != rel:
+                old_path.unlink(missing_ok=True)
             return dict(reg["base"])
 
     def train(self, dataset: Any, *, pin: str | None = None, version: int | None = None, shards: int = 4,
@@ -257,6 +298,8 @@ class LoraStore:
             reg = self.registry()
             cfg = M.ModelConfig.from_dict(reg["config"])
             base = self.base_model(reg)
+            old_files = {e["file"]: self._file(e["file"], f"shards.{n}.file")  # refused before anything changes
+                         for n, e in reg["shards"].items() if e.get("file")}
             subjects = sorted(set(owners.values()), key=lambda k: hashlib.sha256(f"{cfg.seed}\x00{k}".encode()).hexdigest())
             if isinstance(holdout_subjects, int):
                 held = subjects[:holdout_subjects]
@@ -288,7 +331,7 @@ class LoraStore:
             kept = {e["file"] for e in new_shards.values() if e.get("file")}
             for entry in old.values():
                 if entry.get("file") and entry["file"] not in kept:
-                    (self.root / entry["file"]).unlink(missing_ok=True)
+                    old_files[entry["file"]].unlink(missing_ok=True)
             return {"shards": {n: {k: e[k] for k in ("sha256", "trained")} | {"examples": len(e["examples"])}
                                for n, e in new_shards.items()},
                     "holdout_examples": sum(len(g) for g in holdout), "manifest_version": loader.pointer.version}
@@ -311,7 +354,7 @@ class LoraStore:
         data = M.state_bytes(state, f"lora adapter {name}")
         sha = M.adapter_sha256(data)
         rel = f"{ADAPTERS_DIR}/{name}-{sha[:16]}.safetensors"
-        write_atomic(self.root / rel, data)
+        self._write_weights(rel, data)
         return {"file": rel, "sha256": sha, "examples": list(ids), "suppressed": [],
                 "trained": {**stats, "seconds": round(time.perf_counter() - start, 2),
                             "mode": "continued" if init is not None else "from scratch"}}
@@ -438,6 +481,9 @@ class LoraStore:
                 if entry is None:
                     continue
                 gone = eids & set(entry["examples"])
+                # the file the entry names is checked before anything is trained, written or removed: an entry
+                # that leaves the store fails this shard's reclaim in one line, and nothing is deleted
+                old_path = self._file(entry["file"], f"shards.{shard}.file") if entry.get("file") else None
                 if not gone:
                     if set(entry.get("suppressed", ())) & eids:
                         entry["suppressed"] = sorted(set(entry["suppressed"]) - eids)
@@ -458,7 +504,7 @@ class LoraStore:
                     new = self._train_shard(cfg, base, shard, [texts[i] for i in ids], ids, on_step=on_step,
                                             seed=M.seed_of(cfg.seed, shard, "train", _digest(ids)))
                 else:
-                    init = M.load_state(self._weights(old_file, old_sha))
+                    init = M.load_state(self._weights(old_file, old_sha, f"shards.{shard}.file"))
                     new = self._train_shard(cfg, base, shard, [texts[i] for i in ids], ids, init=init,
                                             steps=cfg.unlearn_steps, on_step=on_step,
                                             seed=M.seed_of(cfg.seed, shard, "unlearn", old_sha, _digest(ids)))
@@ -473,8 +519,8 @@ class LoraStore:
                         tags.append(retired_tag(old_sha))
                 self._write(reg)
                 kill_point("reclaim:lora:after-registry")
-                if old_file and old_file != new["file"]:
-                    (self.root / old_file).unlink(missing_ok=True)
+                if old_path is not None and old_file != new["file"]:
+                    old_path.unlink(missing_ok=True)
                     kill_point("reclaim:lora:after-old-removed")
                 retrained[shard] = {"examples_dropped": len(gone), "examples_kept": len(ids),
                                     "not_in_dataset": len(keep) - len(ids), "manifest_version": version,
@@ -498,8 +544,12 @@ class LoraStore:
         if reg.get("base"):
             named.add(reg["base"]["file"])
         removed = []
+        root = os.path.realpath(self.root)
         for folder in (ADAPTERS_DIR, BASE_DIR, "."):
             path = self.root / folder
+            # a folder that is a link (out of the store, or anywhere) is not the store's: nothing in it is removed
+            if folder != "." and (path.is_symlink() or os.path.dirname(os.path.realpath(path)) != root):
+                continue
             if not path.is_dir():
                 continue
             for entry in os.scandir(path):
@@ -558,4 +608,4 @@ class LoraTarget:
 
 
 __all__ = ["BACKEND", "EXAMPLE_KIND", "HOLDOUT_KIND", "LoraStore", "LoraTarget", "ModelStoreError", "REGISTRY",
-           "artifact_id", "retired_tag", "split_artifact"]
+           "WEIGHTS_LIMIT", "artifact_id", "retired_tag", "split_artifact"]

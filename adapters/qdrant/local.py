@@ -23,6 +23,7 @@ from pathlib import Path
 from qdrant_client import QdrantClient
 
 from tombstone.errors import StoreUnavailableError
+from tombstone.fsutil import make_private_dirs
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 _clients: dict[str, QdrantClient] = {}
@@ -99,8 +100,22 @@ def _take(key: str, lock: StoreLock) -> QdrantClient | None:
     return client
 
 
+def _make_directory(key: str) -> None:
+    """A directory local mode is about to create is made here first, mode 0700 (with any missing parent):
+    the points' payloads, documents included, are stored in it, and the files the client then writes inside
+    keep its own modes. A directory that is already there keeps its mode."""
+    if os.path.lexists(key):
+        return
+    try:
+        make_private_dirs(key)
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot create the Qdrant directory {key}: {exc.strerror or exc}",
+                                    store=key, retryable=False) from exc
+
+
 def _acquire(key: str, lock: StoreLock, wait: float, store: str) -> QdrantClient:
     """Take the lock with this process's client open on the directory, waiting for the turn."""
+    _make_directory(key)
     deadline = time.monotonic() + wait
     pause = 0.005
     while True:

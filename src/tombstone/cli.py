@@ -843,12 +843,19 @@ def report_cmd(paths: tuple[str, ...], config_path: str | None, key: str | None,
 @CONFIG_OPTION
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless --allow-remote).")
 @click.option("--port", default="8765", show_default=True, help="Port to listen on (0: any free port).")
-@click.option("--allow-remote", is_flag=True, help="Allow a --host that other machines can reach.")
-def serve_cmd(config_path: str | None, host: str, port: str, allow_remote: bool) -> None:
+@click.option("--allow-remote", is_flag=True,
+              help="Allow a --host that other machines can reach (needs --tls-cert/--tls-key or --insecure-http).")
+@click.option("--tls-cert", default=None, metavar="FILE", help="Serve HTTPS with this certificate (PEM).")
+@click.option("--tls-key", default=None, metavar="FILE", help="The certificate's private key (PEM, unencrypted).")
+@click.option("--insecure-http", is_flag=True,
+              help="Serve --allow-remote over plain HTTP: the token and the receipts travel in clear text.")
+def serve_cmd(config_path: str | None, host: str, port: str, allow_remote: bool, tls_cert: str | None,
+              tls_key: str | None, insecure_http: bool) -> None:
     """A read-only local page over the deployment: sagas, receipts, evidence, dead letters, the chain."""
     from tombstone.report.server import serve
 
-    serve(config_path, host=host, port=port, allow_remote=allow_remote, echo=click.echo)
+    serve(config_path, host=host, port=port, allow_remote=allow_remote, echo=click.echo, tls_cert=tls_cert,
+          tls_key=tls_key, insecure_http=insecure_http, warn=lambda line: echo(line, err=True))
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:

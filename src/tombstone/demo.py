@@ -21,6 +21,7 @@ from tombstone.api import Tombstone, init_deployment
 from tombstone.config import CONFIG_NAME, load_config
 from tombstone.contract import Adapter, adapter_class, loadable_adapters
 from tombstone.errors import ConfigError, TombstoneError
+from tombstone.fsutil import make_private_dirs, write_atomic
 
 MARKER = ".tombstone-demo"
 ROLES = ("documents", "chunks", "examples", "answers")
@@ -200,8 +201,8 @@ def _prepare(workdir: Path, force: bool) -> None:
             raise ConfigError(f"{workdir} already holds a demo; pass --force to rebuild it or pick another --workdir")
         _release(workdir)
         shutil.rmtree(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / MARKER).write_text("built by 'tombstone demo'; --force may delete this directory\n")
+    make_private_dirs(workdir)
+    write_atomic(workdir / MARKER, b"built by 'tombstone demo'; --force may delete this directory\n")
 
 
 def _release(workdir: Path) -> None:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path
 
+from tombstone.errors import StoreUnavailableError
+
 PRIVATE_FILE_MODE = 0o600
 """Mode of every file Tombstone creates for itself: the lineage db, receipts, the config, lock files."""
+PRIVATE_DIR_MODE = 0o700
+"""Mode of every folder a store creates for itself (a FAISS store's directory, a model store's folders)."""
+METADATA_LIMIT = 64 * 1024 * 1024
+"""Default bound (64 MiB) on a store's metadata file that is read whole: a registry, a state file."""
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -47,6 +54,25 @@ def read_regular_file(path: str | os.PathLike[str], limit: int) -> bytes:
         os.close(fd)
 
 
+def make_private_dirs(path: str | os.PathLike[str]) -> Path:
+    """Create the folder ``path`` and any missing parent of it, each new one with mode 0700
+    (``PRIVATE_DIR_MODE``); folders already there keep their mode (a folder the user made is theirs)."""
+    path = Path(path)
+    missing = []
+    here = path
+    while not os.path.lexists(here) and here != here.parent:
+        missing.append(here)
+        here = here.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            pass  # made meanwhile by another process
+    if not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
+    return path
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write a file so that readers see the old or the new content, never a torn one.
 
@@ -54,7 +80,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     someone placed at a predictable name) beside the target, with mode 0600; it is fsynced, then renamed
     over ``path`` (a link at ``path`` itself is replaced, not followed)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -72,7 +98,7 @@ def create_private(path: Path) -> None:
     """Create ``path`` empty with mode 0600 if nothing is there (for files a library then opens, such as
     a SQLite database: its -wal and -shm files take the database file's mode)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), PRIVATE_FILE_MODE)
     except FileExistsError:
@@ -139,4 +165,99 @@ class Snapshot:
         self.close()
 
 
-__all__ = ["PRIVATE_FILE_MODE", "NotARegularFile", "Snapshot", "create_private", "read_regular_file", "write_atomic"]
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _refused(message: str, store: str | None) -> StoreUnavailableError:
+    return StoreUnavailableError(message, store=store, retryable=False)
+
+
+def confined_path(root: str | os.PathLike[str], relative: object, what: str, *, store: str | None = None) -> Path:
+    """``root / relative`` for a path a store's own metadata names (a registry entry, say), refused unless it
+    stays inside ``root``: a relative path without ``..`` whose folder, links resolved, lies inside ``root``.
+    The last component is not resolved here: :func:`open_regular` refuses it if it is a link. Raises a
+    one-line StoreUnavailableError (not retryable) naming ``what``."""
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        raise _refused(f"{what} {relative!r} is not a file name inside the store {root}: refused", store)
+    norm = os.path.normpath(relative)
+    if os.path.isabs(relative) or norm in (".", "..") or norm.startswith(".." + os.sep):
+        raise _refused(f"{what} {relative!r} leaves the store {root}: refused", store)
+    path = Path(root) / norm
+    real_parent = os.path.realpath(path.parent)
+    if not _inside(real_parent, os.path.realpath(root)):
+        raise _refused(f"{what} {relative!r} leaves the store {root} (its folder is {real_parent}): refused", store)
+    return path
+
+
+def open_regular(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *, write: bool = False,
+                 create: bool = False, store: str | None = None) -> int:
+    """A file descriptor of ``path``, opened only if it is a regular file (whose folder, links resolved, lies
+    inside ``root`` when one is given): never through a symbolic link (``O_NOFOLLOW``), never blocking
+    (``O_NONBLOCK``; a FIFO, a device or a socket is refused after ``lstat``, not opened), and checked again
+    with ``fstat`` once open. ``write`` opens it read-write; ``create`` creates it (mode 0600) when nothing is
+    there. FileNotFoundError when it is missing (and not created); anything else that must not be opened is a
+    one-line StoreUnavailableError (not retryable) naming the path."""
+    path = Path(path)
+    if root is not None and not _inside(os.path.realpath(path.parent), os.path.realpath(root)):
+        raise _refused(f"{path} lies outside the store {root}: not opened", store)
+    try:
+        before: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            raise
+        before = None
+    if before is not None and not stat.S_ISREG(before.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(before.st_mode) else _kind(before.st_mode)
+        raise _refused(f"{path} is {kind}, not a regular file: not opened", store)
+    flags = _READ_FLAGS | (os.O_RDWR if write or create else 0) | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, PRIVATE_FILE_MODE)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+            raise _refused(f"{path} was replaced by something that is not a regular file: not opened",
+                           store) from exc
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or (before is not None and (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino)):
+        os.close(fd)
+        raise _refused(f"{path} was replaced while it was opened: not opened", store)
+    return fd
+
+
+def read_fd(fd: int, size: int, offset: int = 0) -> bytes:
+    """Up to ``size`` bytes of ``fd`` from ``offset``, read in chunks of at most 16 MiB: no buffer of ``size``
+    bytes is allocated before the bytes are there."""
+    parts, at = [], offset
+    while at - offset < size:
+        chunk = os.pread(fd, min(size - (at - offset), 1 << 24), at)
+        if not chunk:
+            break
+        parts.append(chunk)
+        at += len(chunk)
+    return b"".join(parts)
+
+
+def read_regular(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None,
+                 limit: int = METADATA_LIMIT, *, option: str | None = None, store: str | None = None) -> bytes:
+    """The whole of ``path``, opened as :func:`open_regular` opens it, if it holds at most ``limit`` bytes
+    (default :data:`METADATA_LIMIT`); a larger file is refused in one line before anything is read (naming
+    ``option``, the store option that raises the limit, when given). FileNotFoundError when it is missing."""
+    fd = open_regular(path, root, store=store)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            how = f"; the store option {option} raises the limit" if option else ""
+            raise _refused(f"{path} holds {size} bytes, over the limit of {limit}{how}: not read", store)
+        data = read_fd(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise _refused(f"{path} grew past the limit of {limit} bytes while it was read: not read", store)
+    return data
+
+
+__all__ = ["PRIVATE_FILE_MODE", "NotARegularFile", "Snapshot", "create_private", "make_private_dirs", "read_regular_file",
+           "write_atomic",
+           "METADATA_LIMIT", "PRIVATE_DIR_MODE", "confined_path", "open_regular", "read_fd",
+           "read_regular"]

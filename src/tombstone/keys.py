@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tombstone.display import normal_subject
 from tombstone.errors import KeyMaterialError, UnknownSubjectError
+from tombstone.fsutil import make_private_dirs, write_atomic
 
 SIGNING_KEY = "signing.key"
 PUBLIC_KEY = "signing.pub"
@@ -38,7 +39,7 @@ def _write_private(path: Path, data: bytes) -> None:
 
 def create_keys(keys_dir: Path) -> None:
     """Create the signing key pair and the lineage secret; never overwrite existing ones."""
-    keys_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(keys_dir)
     private_path = keys_dir / SIGNING_KEY
     if not private_path.exists():
         key = Ed25519PrivateKey.generate()
@@ -50,7 +51,7 @@ def create_keys(keys_dir: Path) -> None:
                 serialization.NoEncryption(),
             ),
         )
-        (keys_dir / PUBLIC_KEY).write_bytes(public_pem(key.public_key()))
+        write_atomic(keys_dir / PUBLIC_KEY, public_pem(key.public_key()))
     secret_path = keys_dir / LINEAGE_SECRET
     if not secret_path.exists():
         _write_private(secret_path, secrets.token_hex(32).encode() + b"\n")

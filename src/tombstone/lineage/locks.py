@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tombstone.fsutil import make_private_dirs
+
 if TYPE_CHECKING:
     from tombstone.lineage.postgres import PgConnection
 
@@ -32,7 +34,7 @@ class FileLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except FileNotFoundError:  # the locks directory, made on first use
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -7,22 +7,29 @@ opened read-only for each request (:mod:`tombstone.report.readonly`); nothing is
 
 Every request needs the random token printed at start: as ``?token=`` once (answered with a cookie and a
 redirect that drops it from the address), then the cookie; a POST must also carry it in the
-``X-Tombstone-Token`` header. It binds to loopback unless told otherwise, and then answers only requests
-addressed to a loopback name (a page elsewhere cannot reach it through DNS rebinding).
+``X-Tombstone-Token`` header. The redirect goes only to a path of this server (anything else goes to ``/``),
+and the cookie is named after the port (``tombstone_token_<port>``: browsers send a cookie to every port of
+a host), HttpOnly, SameSite=Strict, and Secure over TLS. It binds to loopback unless told otherwise, and then
+answers only requests addressed to a loopback name (a page elsewhere cannot reach it through DNS rebinding);
+``--allow-remote`` needs TLS (``--tls-cert``, ``--tls-key``) or an explicit ``--insecure-http``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import secrets
 import socket
+import ssl
+import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from tombstone.config import Config, load_config
 from tombstone.errors import ConfigError, ReceiptError, ReceiptFormatError, TombstoneError
@@ -37,6 +44,38 @@ MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 """The largest receipt the page verifies."""
 LOOPBACK_NAMES = ("localhost",)
 TOKEN_HEADER = "x-tombstone-token"
+COOKIE_PREFIX = "tombstone_token_"
+
+
+def cookie_name(port: int) -> str:
+    """The token cookie of the server on ``port``: cookies ignore ports, so two viewers on one host (or
+    another service beside them) never overwrite each other's cookie, and each gate reads only its own."""
+    return f"{COOKIE_PREFIX}{int(port)}"
+
+
+def local_target(path: str) -> str:
+    """``path`` when it names a page of this server: one leading ``/`` not followed by ``/`` or ``\\``, no
+    backslash anywhere, no scheme, no host, printable ASCII only (a browser drops tabs and newlines, and
+    reads ``\\`` as ``/``). Anything else: ``/``. The token redirect never leads to another site."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    if any(not ("!" <= ch <= "~") for ch in path):
+        return "/"
+    parts = urlsplit(path)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/") or parts.path.startswith("//"):
+        return "/"
+    return path
+
+
+def _redirect_path(scope: dict[str, Any]) -> str:
+    """The request's own path as it was sent (percent-encoded), if both it and its decoded form are paths
+    of this server; ``/`` otherwise (``/%2F/evil.example`` decodes to ``//evil.example``)."""
+    decoded = scope.get("path") or "/"
+    raw = scope.get("raw_path")
+    sent = raw.decode("latin-1").split("?", 1)[0] if isinstance(raw, bytes) else quote(decoded, safe="/")
+    if local_target(sent) != sent or local_target(decoded) != decoded:
+        return "/"
+    return sent
 
 
 def is_loopback(host: str) -> bool:
@@ -131,8 +170,9 @@ def _verify_upload(deployment: Deployment, raw: bytes) -> dict[str, Any]:
     return out
 
 
-def create_app(deployment: Deployment, token: str, *, cookie: str, check_host: bool) -> Any:
-    """The ASGI application: the pages, behind the token gate."""
+def create_app(deployment: Deployment, token: str, *, cookie: str, check_host: bool, secure: bool = False) -> Any:
+    """The ASGI application: the pages, behind the token gate (``secure``: served over TLS, the cookie is
+    Secure)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -213,7 +253,7 @@ def create_app(deployment: Deployment, token: str, *, cookie: str, check_host: b
             HTMLResponse(f"<!doctype html><title>error</title><p>{_escape(str(exc))}</p>", status_code=500)
 
     app.add_exception_handler(TombstoneError, on_error)
-    return TokenGate(app, token, cookie=cookie, check_host=check_host)
+    return TokenGate(app, token, cookie=cookie, check_host=check_host, secure=secure)
 
 
 def _escape(text: str) -> str:
@@ -225,11 +265,12 @@ def _escape(text: str) -> str:
 class TokenGate:
     """ASGI middleware: refuse any request without the token, set security headers on every response."""
 
-    def __init__(self, app: Any, token: str, *, cookie: str, check_host: bool) -> None:
+    def __init__(self, app: Any, token: str, *, cookie: str, check_host: bool, secure: bool = False) -> None:
         self.app = app
         self.token = token
         self.cookie = cookie
         self.check_host = check_host
+        self.secure = secure
 
     def _valid(self, supplied: str | None) -> bool:
         return supplied is not None and secrets.compare_digest(supplied.encode(), self.token.encode())
@@ -263,9 +304,10 @@ class TokenGate:
                 await refusal()(scope, receive, send_with_headers)
                 return
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            target = local_target(_redirect_path(scope) + (f"?{urlencode(rest)}" if rest else ""))
             response = RedirectResponse(target, status_code=303)
-            response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
+            response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/",
+                                secure=self.secure)
             await response(scope, receive, send_with_headers)
             return
         header_ok = self._valid(request.headers.get(TOKEN_HEADER))
@@ -323,17 +365,58 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _tls_file(option: str, path: str) -> str:
+    """A certificate or key file for TLS: it must be a regular file (a FIFO would block the server's start)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{option} {path}: not a regular file")
+    return path
+
+
+def check_transport(host: str, *, allow_remote: bool, tls_cert: str | None, tls_key: str | None,
+                    insecure_http: bool) -> bool:
+    """Whether the server speaks TLS; one ConfigError line for a combination it refuses: a non-loopback
+    ``host`` without ``--allow-remote``, ``--allow-remote`` (whatever the host) without TLS or
+    ``--insecure-http``, half a certificate, or a certificate and key that do not load."""
+    if not is_loopback(host) and not allow_remote:
+        raise ConfigError(f"--host {host} is not a loopback address: pass --allow-remote to serve the deployment's"
+                          " receipts to other machines (anyone who reaches it with the token can read them)")
+    if (tls_cert is None) != (tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together: pass both (the certificate and its private key)")
+    tls = tls_cert is not None
+    if tls and insecure_http:
+        raise ConfigError("--insecure-http contradicts --tls-cert/--tls-key: pass one or the other")
+    if allow_remote and not tls and not insecure_http:
+        raise ConfigError("--allow-remote sends the token and the receipts over the network: pass --tls-cert FILE"
+                          " --tls-key FILE to serve them over HTTPS, or --insecure-http to send them in clear text")
+    if tls:
+        assert tls_cert is not None and tls_key is not None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:  # the password callback keeps OpenSSL from prompting on the terminal for an encrypted key
+            context.load_cert_chain(_tls_file("--tls-cert", tls_cert), _tls_file("--tls-key", tls_key),
+                                    password=lambda: b"")
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError(f"--tls-cert {tls_cert} / --tls-key {tls_key}: cannot load them as a certificate and"
+                              f" its unencrypted private key ({getattr(exc, 'reason', None) or exc})") from exc
+    return tls
+
+
 def serve(config_path: str | None, *, host: str, port: int | str, allow_remote: bool,
-          echo: Callable[[str], None], token: str | None = None) -> None:
-    """Serve the deployment until interrupted. Prints where, and the token, before the first request."""
+          echo: Callable[[str], None], token: str | None = None, tls_cert: str | None = None,
+          tls_key: str | None = None, insecure_http: bool = False,
+          warn: Callable[[str], None] | None = None) -> None:
+    """Serve the deployment until interrupted. Prints where, and the token, before the first request;
+    ``warn`` (default: stderr) gets the one-line warning of ``--insecure-http``."""
     require("serve", "starlette", "uvicorn", "jinja2")
     try:
         port = int(port)
     except ValueError as exc:
         raise ConfigError(f"--port must be a number 0..65535, got {port!r}") from exc
-    if not is_loopback(host) and not allow_remote:
-        raise ConfigError(f"--host {host} is not a loopback address: pass --allow-remote to serve the deployment's"
-                          " receipts to other machines (anyone who reaches it with the token can read them)")
+    tls = check_transport(host, allow_remote=allow_remote, tls_cert=tls_cert, tls_key=tls_key,
+                          insecure_http=insecure_http)
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be a number 0..65535, got {port!r}")
     deployment = open_deployment(config_path)
@@ -341,20 +424,27 @@ def serve(config_path: str | None, *, host: str, port: int | str, allow_remote: 
     sock = bind(host, port)
     actual = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
-    base = f"http://{shown}:{actual}/"
-    app = create_app(deployment, token, cookie=f"tombstone-token-{actual}", check_host=is_loopback(host))
+    base = f"{'https' if tls else 'http'}://{shown}:{actual}/"
+    app = create_app(deployment, token, cookie=cookie_name(actual), check_host=is_loopback(host), secure=tls)
     import uvicorn
 
+    if insecure_http:
+        (warn or (lambda line: print(line, file=sys.stderr, flush=True)))(
+            f"warning: --insecure-http: the token and the receipts go over plain HTTP to {shown}:{actual};"
+            " anyone on the network path can read them")
     echo(f"serving {deployment.config.path} read-only at {base}")
     echo(f"public key: {deployment.key_id}")
     echo(f"token: {token}")
     echo(f"open: {base}?token={token}")
     echo("Ctrl-C stops it")
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                           ssl_certfile=tls_cert if tls else None,
+                                           ssl_keyfile=tls_key if tls else None))
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
 
 
-__all__ = ["Deployment", "TokenGate", "create_app", "is_loopback", "open_deployment", "serve"]
+__all__ = ["Deployment", "TokenGate", "check_transport", "cookie_name", "create_app", "is_loopback", "local_target",
+           "open_deployment", "serve"]
