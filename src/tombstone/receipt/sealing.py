@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.errors import KeyMaterialError
+from tombstone.fsutil import make_private_dirs, read_regular_file, write_atomic
 
 PUBLIC_PREFIX = "tombstone-auditor-public:"
 PRIVATE_PREFIX = "tombstone-auditor-private:"
@@ -43,8 +44,7 @@ def key_id(public_key: Any) -> str:
 
 def create_auditor_keys(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
     """A new auditor key pair in ``directory``; never overwrites. Returns (private, public) paths."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = make_private_dirs(directory)
     private_path, public_path = directory / AUDITOR_PRIVATE, directory / AUDITOR_PUBLIC
     if private_path.exists() or public_path.exists():
         raise KeyMaterialError(f"{directory} already holds an auditor key; pick another directory")
@@ -52,13 +52,13 @@ def create_auditor_keys(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
     fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(PRIVATE_PREFIX + base64.b64encode(bytes(key)).decode() + "\n")
-    public_path.write_text(PUBLIC_PREFIX + base64.b64encode(bytes(key.public_key)).decode() + "\n")
+    write_atomic(public_path, (PUBLIC_PREFIX + base64.b64encode(bytes(key.public_key)).decode() + "\n").encode())
     return private_path, public_path
 
 
 def _read(path: str | os.PathLike[str], prefix: str, what: str) -> bytes:
     try:
-        text = Path(path).read_text(encoding="utf-8").strip()
+        text = read_regular_file(path, 64 * 1024).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise KeyMaterialError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     if not text.startswith(prefix):
