@@ -104,7 +104,8 @@ def run_trial(root: Path, point: str, expected: dict) -> str | None:
         if "no interrupted erasure" in resumed.stdout:
             return "resume found nothing to resume"
     if resumed.returncode != 0:
-        return f"resume failed (rc {resumed.returncode}): {resumed.stderr[-500:]}"
+        said = (resumed.stderr.strip() or resumed.stdout.strip())[-1500:]
+        return f"resume failed (rc {resumed.returncode}): {said}"
     if not (root / "receipts" / f"{SUBJECT}.json").exists():
         return "no receipt after resume"
     if statuses(root) != expected["statuses"]:
