@@ -225,12 +225,15 @@ def auditor_key_cmd(directory: str) -> None:
 
 
 @main.command("backends")
-def backends_cmd() -> None:
+@click.option("--all", "show_all", is_flag=True, help="Also list the adapters that exist for tests (fault injection).")
+def backends_cmd(show_all: bool) -> None:
     """List the installed backend adapters: capabilities, levels, demo support, or how to install them."""
     from tombstone.contract import install_hint, loadable_adapters
 
     rows = []
     for name, cls in loadable_adapters().items():
+        if isinstance(cls, type) and cls.for_tests and not show_all:
+            continue
         if not isinstance(cls, type):
             rows.append((name, "not importable", "-", "-", install_hint(name) or str(cls)))
             continue
