@@ -3,8 +3,11 @@ and lists only the adapters a user can use. (Start-up time itself is measured in
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 from test_cli import run
 
@@ -46,3 +49,17 @@ def test_the_test_adapters_are_listed_only_on_request():
     assert "faulty" not in listed.output
     everything = run("backends", "--all")
     assert everything.exit_code == 0 and "faulty" in everything.output
+
+
+@pytest.mark.slow
+def test_loading_the_model_keeps_its_progress_bars_off_the_terminal():
+    pytest.importorskip("sentence_transformers")
+    code = ("from tombstone.capture import MiniLMEmbedder\n"
+            "from transformers.utils import logging\n"
+            "MiniLMEmbedder().embed(['a few words'])\n"
+            "print('bars', logging.is_progress_bar_enabled())\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == 0, result.stderr
+    assert "Loading" not in result.stderr and "it/s" not in result.stderr, result.stderr
+    assert "bars True" in result.stdout  # the library's own setting is put back for the app
