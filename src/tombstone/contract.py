@@ -106,6 +106,8 @@ class Adapter(abc.ABC):
     from the chunks); None: the backend has no demo."""
     demo_default: ClassVar[bool] = False
     """Whether a plain ``tombstone demo`` builds this backend."""
+    for_tests: ClassVar[bool] = False
+    """An adapter that exists for tests (a fault injector): ``tombstone backends`` lists it only with ``--all``."""
     read_only_supported: ClassVar[bool] = False
     """Whether the adapter honours read-only mode (:meth:`open_read_only`, the ``read_only`` option): it
     then opens and probes the store without changing a byte of it — no write, no recovery of an interrupted

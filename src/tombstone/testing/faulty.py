@@ -29,6 +29,7 @@ from tombstone.lineage.db import ArtifactRecord
 class FaultyAdapter(Adapter):
     backend = "faulty"
     capabilities = frozenset()  # replaced per instance by the wrapped adapter's
+    for_tests = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)

@@ -1,0 +1,283 @@
+"""Commands that set up a deployment and erase from it: init, demo, erase, worker, resume, status, where, dlq."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tombstone.errors import ConfigError, SagaError, shown
+from tombstone.cli.base import CONFIG_OPTION, _count, _table, _wrap, echo, main
+from tombstone.cli.output import _exit_for, _progress, format_receipt
+
+
+@main.command()
+@click.option("--home", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Directory for tombstone.toml, keys/ and lineage.db.")
+@click.option("--lineage-dsn", default=None, metavar="DSN",
+              help="Keep the lineage db (journal and worker queue) on this PostgreSQL database instead of a file.")
+def init(home: str, lineage_dsn: str | None) -> None:
+    """Create the config, the signing key, the lineage secret and the lineage db (never overwrites keys)."""
+    from tombstone.api import init_deployment
+    from tombstone.keys import PUBLIC_KEY
+    from tombstone.lineage.postgres import redact_dsn
+
+    if lineage_dsn is not None and not lineage_dsn.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("--lineage-dsn must be a postgresql:// DSN")
+    config = init_deployment(home, lineage_dsn=lineage_dsn)
+    echo(f"config:      {config.path}")
+    echo(f"lineage db:  {redact_dsn(config.lineage_dsn) if config.lineage_dsn else config.lineage_db}")
+    echo(f"public key:  {config.keys_dir / PUBLIC_KEY}  (share it with auditors)")
+
+
+@main.command()
+@click.option("--workdir", type=click.Path(file_okay=False), default="tombstone-demo", show_default=True,
+              help="Directory to build the deployment in.")
+@click.option("--backends", default=None,
+              help="Comma-separated backends to build (default: every installed adapter's default demo store);"
+                   " 'tombstone backends' lists what can be built.")
+@click.option("--subjects", type=int, default=5, show_default=True, help="Number of subjects to create.")
+@click.option("--erase", "erase_subject", default=None,
+              help="Subject to erase (default: the first one); 'none' builds without erasing.")
+@click.option("--force", is_flag=True, help="Rebuild a directory a previous demo created.")
+@click.option("--via", default="wrappers", show_default=True, metavar="wrappers|langchain",
+              help="Write through the wrappers, or as a LangChain app: chunks through TombstoneVectorStore,"
+                   " cached answers from a RAG chain with the caches as LangChain's LLM cache.")
+def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str | None, force: bool, via: str) -> None:
+    """Build a small deployment through the wrappers, erase one subject, print the receipt summary."""
+    from tombstone.api import Tombstone
+    from tombstone.demo import build_demo, default_backends, stop_services
+
+    names = [b.strip() for b in backends.split(",") if b.strip()] if backends is not None else default_backends()
+    try:
+        refs = build_demo(workdir, names, subjects, force=force, via=via)
+        root = Path(workdir)
+        echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})"
+                   + (f" through {via}" if via != "wrappers" else ""))
+        if erase_subject == "none":
+            echo("nothing erased (--erase none)")
+            return
+        subject = erase_subject or refs[0]
+        with Tombstone.open(root / "tombstone.toml") as tomb:
+            receipt, path = tomb.erase(subject, progress=_progress())
+        echo(format_receipt(receipt))
+        echo(f"receipt: {path}")
+        echo(f"verify:  tombstone receipt verify {path} --key {root / 'keys' / 'signing.pub'}")
+    finally:
+        for line in stop_services():
+            echo(line)
+
+
+@main.command()
+@click.argument("subject", required=False)
+@CONFIG_OPTION
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the receipt (default: receipts_dir/SUBJECT.json, or a new name when that is"
+                   " taken); refuses a file that holds a sealed receipt, or another erasure's.")
+@click.option("--subjects-file", type=click.Path(dir_okay=False), default=None,
+              help="Erase every subject listed in FILE (one per line) in one batch: one reclaim and one probe"
+                   " pass per store, one receipt per subject.")
+@click.option("--allow-missing-store", "allow_missing", multiple=True, metavar="NAME",
+              help="Erase even though store NAME (known to the lineage db) was removed from the config or has no"
+                   " adapter: its artifacts end UNVERIFIED(no adapter). Repeat for several.")
+@click.option("--queue", "queue", is_flag=True,
+              help="Do not erase here: create the sagas and queue them for 'tombstone worker' processes"
+                   " (needs lineage_dsn).")
+def erase(subject: str | None, config_path: str | None, out: str | None, subjects_file: str | None,
+          allow_missing: tuple[str, ...], queue: bool) -> None:
+    """Erase SUBJECT everywhere the lineage db knows of, then write its signed receipt."""
+    from tombstone.api import Tombstone
+
+    if bool(subject) == bool(subjects_file):
+        raise ConfigError("give either SUBJECT or --subjects-file FILE")
+    if out and (subjects_file or queue):
+        raise ConfigError("--out writes one receipt here; a batch or a queue writes one per subject under receipts_dir")
+    subjects = [subject] if subject else []
+    if subjects_file:
+        lines = _read_subjects_file(subjects_file)
+        subjects = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if queue:
+        from tombstone.workers import enqueue
+
+        with Tombstone.open(config_path) as tomb:
+            queued = enqueue(tomb, subjects)
+        for item in queued:
+            echo(f"{item.subject}: saga {item.saga_id} {'queued' if item.queued else 'already queued'}")
+        echo(f"{_count(sum(q.queued for q in queued), 'saga')} queued for 'tombstone worker'")
+        return
+    if subjects_file:
+        with Tombstone.open(config_path) as tomb:
+            done = tomb.erase_many(subjects, allow_missing_stores=allow_missing, progress=_progress())
+        for receipt, path in done:
+            totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
+            echo(f"{receipt['subject']}: {totals or 'no artifacts'} -> {path}")
+        echo(f"{_count(len(done), 'subject')} erased in one batch")
+        _exit_for(done)
+        return
+    with Tombstone.open(config_path) as tomb:
+        receipt, path = tomb.erase(subject, out=out, progress=_progress(), allow_missing_stores=allow_missing)
+    echo(format_receipt(receipt))
+    echo(f"receipt: {path}")
+    _exit_for([(receipt, path)])
+
+
+def _read_subjects_file(path: str) -> list[str]:
+    """Lines of a subjects file: UTF-8 (with or without a BOM) or UTF-16 with a BOM; anything else is one line."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    try:
+        return data.decode(encoding).splitlines()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 or UTF-16 text (byte {exc.start}); save it as UTF-8, one subject"
+                          " per line") from exc
+
+
+@main.command()
+@CONFIG_OPTION
+@click.option("--name", default=None, help="This worker's name in logs and the journal (default: host:pid).")
+@click.option("--lease", type=float, default=30.0, show_default=True,
+              help="Seconds without a heartbeat after which a worker's saga is handed to another worker.")
+@click.option("--poll", type=float, default=1.0, show_default=True,
+              help="Seconds between looks at the queue (new jobs also arrive by LISTEN/NOTIFY).")
+@click.option("--drain", is_flag=True,
+              help="Exit once nothing is waiting or running in the queue, instead of waiting for more.")
+def worker(config_path: str | None, name: str | None, lease: float, poll: float, drain: bool) -> None:
+    """Work the queue of sagas shared through the PostgreSQL lineage db (see 'erase --queue')."""
+    from tombstone.workers import serve
+
+    state = serve(config_path, name=name, lease=lease, drain=drain, poll=poll)
+    echo(f"{state.name}: {_count(len(state.finished), 'saga')} finished here, {len(state.failed)} failed")
+    if state.failed:
+        raise SagaError(f"{_count(len(state.failed), 'saga')} failed in this worker; see 'tombstone status' and"
+                        " run 'tombstone resume' or queue them again")
+
+
+@main.command()
+@CONFIG_OPTION
+def resume(config_path: str | None) -> None:
+    """Finish every erasure that was interrupted, from its journal."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        finished = tomb.resume()
+        skipped = tomb.skipped
+    for line in skipped:
+        echo(f"skipped: {line}")
+    if not finished and not skipped:
+        echo("no interrupted erasure to resume")
+    for receipt, path in finished:
+        echo(format_receipt(receipt))
+        echo(f"receipt: {path}")
+    _exit_for(finished)
+
+
+@main.command()
+@click.argument("subject", required=False)
+@CONFIG_OPTION
+def status(subject: str | None, config_path: str | None) -> None:
+    """Show erasures (sagas) and their state, or one SUBJECT's artifacts."""
+    from tombstone.api import Tombstone
+    from tombstone.errors import UnknownSubjectError
+
+    with Tombstone.open(config_path) as tomb:
+        if subject:
+            arts = tomb.lineage.artifacts_for(tomb.lineage.subject_key(subject))
+            if not arts:
+                raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it")
+            rows = [(a.store, a.backend, a.kind, a.artifact_id, a.state) for a in arts]
+            echo(_table(("store", "backend", "kind", "artifact", "state"), rows))
+            return
+        sagas = tomb.lineage.sagas()
+        counts = tomb.lineage.count_artifacts()
+        echo("artifacts: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+        if tomb.config.lineage_dsn:
+            from tombstone.workers import queue_counts
+
+            jobs = queue_counts(tomb.config.lineage_dsn)
+            echo("queue:     " + (", ".join(f"{k} {v}" for k, v in sorted(jobs.items())) or "empty"))
+        if not sagas:
+            echo("no erasure has been run")
+            return
+        rows = [(s["saga_id"], s["subject"], s["state"], s["started_at"], s["finished_at"] or "-") for s in sagas]
+        echo(_table(("saga", "subject", "state", "started", "finished"), rows))
+
+
+@main.command()
+@click.argument("subject")
+@CONFIG_OPTION
+def where(subject: str, config_path: str | None) -> None:
+    """Show SUBJECT's lineage graph: every artifact, its store, what it was derived from, and its state."""
+    from tombstone.api import Tombstone
+    from tombstone.errors import UnknownSubjectError
+
+    with Tombstone.open(config_path) as tomb:
+        scope = tomb.lineage.closure(tomb.lineage.subject_key(subject))
+        if not scope:
+            raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it")
+        blocks = []
+        for art, why in scope:
+            edges = tomb.lineage.edges_of(art)
+            derived = ", ".join(f"{s}/{i}" for s, i, _ in edges["derived"]) or "-"
+            gap = tomb.lineage.lineage_gap(art)
+            third = tomb.lineage.third_party(art.artifact_id)
+            lines = [f"{art.store}/{art.artifact_id}", f"  {art.kind} in a {art.backend} store; in scope: {why}",
+                     f"  derived into: {derived}", f"  state: {art.state}"]
+            if gap:
+                lines.append(f"  lineage gap: {gap}")
+            if third:
+                lines.append(f"  sent to a third party: {third['recipient']}")
+            blocks.append("\n".join(_wrap(line) for line in lines))
+    echo("\n\n".join(blocks))
+    echo("\nstates:\n" + "\n".join(f"  {k} = {v}" for k, v in STATES.items()))
+
+
+STATES = {
+    "live": "not erased",
+    "suppressed": "hidden from every query path, bytes still stored",
+    "reclaimed": "the store's reclaim recipe ran, not yet checked",
+    "decided": "checked; its receipt gives the status",
+}
+"""What each artifact state in the lineage db means, for ``tombstone where``."""
+
+
+@main.group()
+def dlq() -> None:
+    """The dead-letter list: store operations that failed past their retry budget."""
+
+
+@dlq.command("list")
+@CONFIG_OPTION
+@click.option("--all", "show_all", is_flag=True, help="Include dead letters already retried.")
+def dlq_list(config_path: str | None, show_all: bool) -> None:
+    """List dead letters: which subject, store and step failed, with the last error."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        letters = tomb.lineage.dead_letters(None if show_all else "open")
+    if not letters:
+        echo("no dead letters")
+        return
+    rows = [(l["seq"], l["subject"], l["store"], l["step"], l["artifacts"], l["attempts"], l["state"], l["error"])
+            for l in letters]
+    echo(_table(("#", "subject", "store", "step", "artifacts", "attempts", "state", "last error"), rows))
+
+
+@dlq.command("retry")
+@CONFIG_OPTION
+def dlq_retry(config_path: str | None) -> None:
+    """Erase again every subject with an open dead letter (a new saga and receipt each)."""
+    from tombstone.api import Tombstone
+
+    with Tombstone.open(config_path) as tomb:
+        done = tomb.retry_dead_letters()
+    if not done:
+        echo("no dead letters to retry")
+    for receipt, path in done:
+        echo(format_receipt(receipt))
+        echo(f"receipt: {path}")
+    _exit_for(done)
+
+
