@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -62,7 +63,9 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
             receipt, path = tomb.erase(subject, progress=_progress())
         echo(format_receipt(receipt))
         echo(f"receipt: {path}")
-        echo(f"verify:  tombstone receipt verify {path} --key {root / 'keys' / 'signing.pub'}")
+        shown = root / path.relative_to(root.absolute()) if path.is_relative_to(root.absolute()) else path
+        echo(f"verify:  tombstone receipt verify {shlex.quote(str(shown))}"
+             f" --key {shlex.quote(str(root / 'keys' / 'signing.pub'))}")
     finally:
         for line in stop_services():
             echo(line)
