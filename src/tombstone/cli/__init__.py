@@ -12,6 +12,9 @@ from tombstone.cli.base import (CONFIG_OPTION, EXIT_ACTION_NEEDED, EXIT_BAD_INPU
                                 EXIT_OK, EXIT_UNCHECKED, echo, main)
 from tombstone.cli.output import format_receipt, store_lines
 from tombstone.cli import erasure, receipts, stores  # noqa: F401  (each registers its commands on main)
+from tombstone.cli.examples import add_examples
+
+add_examples(main)
 
 __all__ = ["CONFIG_OPTION", "EXIT_ACTION_NEEDED", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
            "EXIT_UNCHECKED", "echo", "format_receipt", "main", "store_lines"]
