@@ -9,6 +9,7 @@ import click
 
 from tombstone.errors import ConfigError, SagaError, shown
 from tombstone.cli.base import CONFIG_OPTION, _count, _table, _wrap, echo, main
+from tombstone.cli.jsonout import JSON_OPTION, emit
 from tombstone.cli.output import _exit_for, _progress, format_receipt
 
 
@@ -211,7 +212,8 @@ def status(subject: str | None, config_path: str | None) -> None:
 @main.command()
 @click.argument("subject")
 @CONFIG_OPTION
-def where(subject: str, config_path: str | None) -> None:
+@JSON_OPTION
+def where(subject: str, config_path: str | None, as_json: bool) -> None:
     """Show SUBJECT's lineage graph: every artifact, its store, what it was derived from, and its state."""
     from tombstone.api import Tombstone
     from tombstone.errors import UnknownSubjectError
@@ -220,12 +222,15 @@ def where(subject: str, config_path: str | None) -> None:
         scope = tomb.lineage.closure(tomb.lineage.subject_key(subject))
         if not scope:
             raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it")
-        blocks = []
+        blocks, rows = [], []
         for art, why in scope:
             edges = tomb.lineage.edges_of(art)
             derived = ", ".join(f"{s}/{i}" for s, i, _ in edges["derived"]) or "-"
             gap = tomb.lineage.lineage_gap(art)
             third = tomb.lineage.third_party(art.artifact_id)
+            rows.append({"store": art.store, "artifact_id": art.artifact_id, "backend": art.backend, "kind": art.kind,
+                         "state": art.state, "in_scope": why, "derived_into": [f"{s}/{i}" for s, i, _ in edges["derived"]],
+                         "lineage_gap": gap or None, "third_party": third["recipient"] if third else None})
             lines = [f"{art.store}/{art.artifact_id}", f"  {art.kind} in a {art.backend} store; in scope: {why}",
                      f"  derived into: {derived}", f"  state: {art.state}"]
             if gap:
@@ -233,6 +238,9 @@ def where(subject: str, config_path: str | None) -> None:
             if third:
                 lines.append(f"  sent to a third party: {third['recipient']}")
             blocks.append("\n".join(_wrap(line) for line in lines))
+    if as_json:
+        emit("where", {"subject": subject, "artifacts": rows, "states": STATES})
+        return
     echo("\n\n".join(blocks))
     echo("\nstates:\n" + "\n".join(f"  {k} = {v}" for k, v in STATES.items()))
 

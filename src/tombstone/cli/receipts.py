@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tombstone.errors import ConfigError, ReceiptError, SagaError, shown
+from tombstone.cli.jsonout import JSON_OPTION, emit
 from tombstone.cli.base import CONFIG_OPTION, _table, echo, main
 from tombstone.cli.output import format_receipt
 
@@ -89,12 +90,22 @@ def receipt_head(config_path: str | None) -> None:
 @receipt.command("list")
 @CONFIG_OPTION
 @click.option("--subject", default=None, help="Only this subject's receipts.")
-def receipt_list(config_path: str | None, subject: str | None) -> None:
+@JSON_OPTION
+def receipt_list(config_path: str | None, subject: str | None, as_json: bool) -> None:
     """List the sealed receipts the lineage db keeps: sequence, subject, saga, finished, summary, hash."""
     from tombstone.api import Tombstone
 
     with Tombstone.open(config_path) as tomb:
         rows = tomb.lineage.receipts(tomb.lineage.subject_key(subject) if subject is not None else None)
+    if as_json:
+        listed = []
+        for row in rows:
+            data = json.loads(row["body"])
+            listed.append({"sequence": row["seq"], "subject": data["subject"], "saga_id": row["saga_id"],
+                           "finished_at": data.get("finished_at"), "summary": data.get("summary", {}),
+                           "receipt_hash": row["receipt_hash"]})
+        emit("receipt list", {"receipts": listed})
+        return
     if not rows:
         echo(f"no receipts for {shown(subject)}" if subject is not None else "no receipts: no erasure has finished yet")
         return
@@ -178,10 +189,12 @@ def receipt_export(config_path: str | None, sequence: str | None, saga_id: str |
 
 
 @receipt.command("schema")
-def receipt_schema_cmd() -> None:
-    """Print the published JSON Schema of the receipt format."""
+@click.option("--cli", "cli_output", is_flag=True, help="The schema of the commands' --json output instead.")
+def receipt_schema_cmd(cli_output: bool) -> None:
+    """Print the published JSON Schema of the receipt format (or, with --cli, of every command's --json)."""
+    from tombstone.cli.jsonout import output_schema
     from tombstone.receipt import receipt_schema
 
-    echo(json.dumps(receipt_schema(), indent=2))
+    echo(json.dumps(output_schema() if cli_output else receipt_schema(), indent=2))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from tombstone.errors import ConfigError
+from tombstone.cli.jsonout import JSON_OPTION, emit
 from tombstone.cli.base import CONFIG_OPTION, EXIT_ACTION_NEEDED, EXIT_FAILED, EXIT_UNCHECKED, _table, echo, main
 
 
@@ -68,13 +69,22 @@ def audit_cmd(file: str, config_path: str | None, key: str | None, trust_config:
 @CONFIG_OPTION
 @click.option("--junit", type=click.Path(dir_okay=False), default=None, help="Also write the result as JUnit XML.")
 @click.option("--canaries", type=int, default=3, show_default=True, help="Number of canary subjects.")
-def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries: int) -> None:
+@JSON_OPTION
+def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries: int, as_json: bool) -> None:
     """CI gate: write canary subjects, erase them, exit 1 unless each ends at the backend's highest level."""
     from tombstone.check import run_check
 
     if canaries < 1:
         raise ConfigError("--canaries must be at least 1")
     result = run_check(backend, config_path=config_path, canaries=canaries)
+    if junit:
+        Path(junit).parent.mkdir(parents=True, exist_ok=True)
+        Path(junit).write_text(result.junit(), encoding="utf-8")
+    if as_json:
+        emit("check", {"backend": backend, "passed": result.passed, "failures": result.failures, "notes": result.notes,
+                       "canaries": [{"subject": r.subject, "artifact_id": r.artifact_id, "status": r.status,
+                                     "expected": r.expected, "passed": r.passed, "detail": r.detail} for r in result.rows]})
+        sys.exit(0 if result.passed else 1)
     for note in result.notes:
         echo(f"note: {note}")
     rows = [(r.subject, r.artifact_id, r.status, "pass" if r.passed else "FAIL") for r in result.rows]
@@ -82,9 +92,6 @@ def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries
         echo(_table(("canary", "artifact", "status", "result"), rows))
     for failure in result.failures:
         echo(f"FAIL: {failure}")
-    if junit:
-        Path(junit).parent.mkdir(parents=True, exist_ok=True)
-        Path(junit).write_text(result.junit(), encoding="utf-8")
     echo(f"{backend}: {'PASS' if result.passed else 'FAIL'} ({sum(r.passed for r in result.rows)}/{len(result.rows)}"
                f" canary artifacts at the expected level)")
     if not result.passed:
@@ -226,21 +233,29 @@ def auditor_key_cmd(directory: str) -> None:
 
 @main.command("backends")
 @click.option("--all", "show_all", is_flag=True, help="Also list the adapters that exist for tests (fault injection).")
-def backends_cmd(show_all: bool) -> None:
+@JSON_OPTION
+def backends_cmd(show_all: bool, as_json: bool) -> None:
     """List the installed backend adapters: capabilities, levels, demo support, or how to install them."""
     from tombstone.contract import install_hint, loadable_adapters
 
-    rows = []
+    rows, items = [], []
     for name, cls in loadable_adapters().items():
         if isinstance(cls, type) and cls.for_tests and not show_all:
             continue
         if not isinstance(cls, type):
             rows.append((name, "not importable", "-", "-", install_hint(name) or str(cls)))
+            items.append({"backend": name, "installed": False, "install": install_hint(name) or str(cls)})
             continue
+        items.append({"backend": name, "installed": True, "capabilities": sorted(c.value for c in cls.capabilities),
+                      "levels": [lv.value for lv in cls.levels], "demo": cls.demo_role, "demo_default": cls.demo_default,
+                      "for_tests": cls.for_tests, "install": None})
         caps = ",".join(sorted(c.value for c in cls.capabilities)) or "-"
         levels = ",".join(lv.value for lv in cls.levels)
         demo = cls.demo_role + (" (default)" if cls.demo_default else "") if cls.demo_role else "-"
         rows.append((name, caps, levels, demo, ""))
+    if as_json:
+        emit("backends", {"backends": items})
+        return
     echo(_table(("backend", "capabilities", "levels", "demo / check", "install"), rows))
 
 
