@@ -20,6 +20,7 @@ from langchain_core.load.dump import dumps
 from sqlalchemy import Column, Integer, String, create_engine
 from sqlalchemy.orm import Session, declarative_base
 
+from tombstone.capture.writes import check_write
 from tombstone.faults import kill_point
 from tombstone.fsutil import Snapshot, create_private
 from tombstone.contract import Adapter, Capability, ProbeResult
@@ -73,6 +74,7 @@ class TombstoneSQLiteCache(SQLAlchemyCache):
         eid = entry_id(prompt, llm_string)
         if self.lineage is not None:
             who = current()
+            check_write(self.lineage, self.store, [who.subject])
             # Lineage first: assume the cache write will fail.
             self.lineage.record_artifacts(
                 who.subject,

@@ -25,6 +25,7 @@ from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.hidden import HiddenIds, keep_positions
 from tombstone.capture import deferred
 from tombstone.capture.vector import Embedder, capture_vectors, embed
+from tombstone.capture.writes import check_write
 from tombstone.lineage.db import LineageDB
 from tombstone.fsutil import create_private, make_private_dirs, write_atomic
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -322,7 +323,9 @@ class TombstoneCollection:
         if self.lineage is None or self.embedder is None:
             raise ValueError("this wrapper was opened read-only (no lineage db or embedder)")
         ids = [str(i) for i in ids]
-        subjects = [subject] * len(ids) if isinstance(subject, str) else list(subject)
+        one = subject is None or isinstance(subject, str) or not isinstance(subject, (list, tuple))
+        subjects = [subject] * len(ids) if one else list(subject)
+        check_write(self.lineage, self.store, subjects if ids else [subject])
         if len(subjects) != len(ids):
             raise ValueError("one subject, or one per id")
         cap = capture_vectors(self.embedder, store=self.store, backend=self.backend, ids=ids,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.errors import StoreUnavailableError
+from tombstone.capture.writes import check_write
 from tombstone.faults import kill_point
 from tombstone.lineage.db import ArtifactRecord, LineageDB
 
@@ -545,6 +546,8 @@ class DatasetWriter:
         """Add examples owned by ``subject``. Lineage is recorded first, in its own transaction (assume the
         write will fail: a lineage row without its example costs nothing, an example without lineage could
         never be erased)."""
+        if self.store.lineage is not None:
+            check_write(self.store.lineage, self.store.store, [subject])
         ids, texts = list(ids), list(texts)
         sources = list(sources) if sources is not None else [None] * len(ids)
         metadatas = list(metadatas) if metadatas is not None else [{}] * len(ids)

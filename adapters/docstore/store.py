@@ -14,6 +14,7 @@ from typing import Any
 from tombstone.errors import StoreUnavailableError, TombstoneError
 from tombstone.fsutil import create_private
 from tombstone.capture.hidden import HiddenIds, suppressed_among
+from tombstone.capture.writes import check_write
 from tombstone.lineage.db import ArtifactRecord, LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 from tombstone.verify.scanner import check_regular
@@ -124,6 +125,8 @@ class DocStore:
         fail. A lineage row without its document costs nothing (the probe finds it absent); a
         document without its lineage row could never be erased.
         """
+        if self.lineage is not None:
+            check_write(self.lineage, self.store, [subject])
         docs = [(str(i), str(t), dict(m)) for i, t, m in docs]
         if self.lineage is not None:
             self.lineage.record_artifacts(

@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .settings import STOPPED_NOTE
 
 EMULATOR_KEY_ENV = "PINECONE_EMULATOR_KEY"
 """The variable the demo's store reads its key from: always the dummy below, never a real key."""
 EMULATOR_KEY = "local-emulator-key"
-STOPPED_NOTE = "the demo's local Pinecone emulator has stopped; its host was removed from this store"
 
 
 def forget_host(config_path: Path, host: str) -> None:

@@ -21,6 +21,8 @@ DEFAULT_KEY_ENV = "PINECONE_API_KEY"
 KEY_ENV = re.compile(r"PINECONE_[A-Z0-9_]+")
 """The only environment variables a Pinecone key is read from."""
 INSECURE_OPTION = "allow_insecure_host"
+STOPPED_NOTE = "the demo's local Pinecone emulator has stopped; its host was removed from this store"
+"""The ``note`` the demo leaves on its Pinecone store when its emulator stops (``hooks.forget_host``)."""
 
 
 def key_env(store: str, options: Mapping[str, Any]) -> str:
@@ -37,6 +39,11 @@ def host(store: str, options: Mapping[str, Any]) -> str:
     """The store's data-plane host; ConfigError unless it is ``https://`` (or plain ``http://`` with
     ``allow_insecure_host = true``)."""
     value = str(options.get("host") or "")
+    if not value and options.get("note") == STOPPED_NOTE:
+        raise ConfigError(f"store {store!r} was served by the demo's local Pinecone emulator, which stopped when the"
+                          f" demo ended (its host was removed from the config): to erase without it, pass"
+                          f" --allow-missing-store {store} (its artifacts end UNVERIFIED(no adapter)); or rebuild"
+                          f" the demo with 'tombstone demo --force'", store=store)
     if not value:
         raise ConfigError(f"store {store!r}: the pinecone backend needs host = \"https://...\"", store=store)
     parts = urlsplit(value)

@@ -17,6 +17,8 @@ from tombstone.receipt.sealing import load_public as load_auditor_key
 from tombstone.lineage.postgres import redact_dsn
 from tombstone.receipt.files import receipt_file_name
 from tombstone.gcpause import collector_paused
+from tombstone.capture import writes
+from tombstone.inputs import check_out_path, check_subject
 from tombstone.saga import RetryPolicy, Saga, SagaContext, run_batch
 from tombstone.saga.engine import create_deferred
 
@@ -27,6 +29,7 @@ def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None =
 
     With ``lineage_dsn`` the lineage db is that PostgreSQL database (for several workers); ``levels`` (level
     names) goes into a new config (the default leaves the semantic level out)."""
+    _check_backends(stores)
     root = Path(root)
     config_path = root / CONFIG_NAME
     created = not config_path.exists()
@@ -43,6 +46,31 @@ def init_deployment(root: str | Path, stores: dict[str, dict[str, Any]] | None =
             config_path.unlink(missing_ok=True)
         raise
     return config
+
+
+def _check_backends(stores: dict[str, dict[str, Any]] | None) -> None:
+    """Refuse a new config's store whose backend no adapter is registered for (a typo gets a suggestion and
+    the list of backends), before anything is written."""
+    from tombstone.contract import available_backends
+
+    if stores is None:
+        return
+    if not isinstance(stores, dict):
+        raise ConfigError(f"stores must be a dict of store name -> options, not {type(stores).__name__}")
+    known = available_backends()
+    for name, options in stores.items():
+        backend = options.get("backend") if isinstance(options, dict) else None
+        if not isinstance(backend, str) or not backend:
+            raise ConfigError(f"store {name!r} needs a backend (one of {', '.join(known)})", store=name)
+        if backend not in known:
+            import difflib
+
+            from tombstone.errors import AdapterNotFoundError
+
+            close = difflib.get_close_matches(backend, known, n=1)
+            suggestion = f"; did you mean {close[0]!r}?" if close else ""
+            raise AdapterNotFoundError(f"store {name!r}: no adapter installed for backend {backend!r}{suggestion}"
+                                       f" (backends: {', '.join(known)})", store=name)
 
 
 def _orphaning(config: Config, refusal: str) -> str:
@@ -76,6 +104,8 @@ class Tombstone:
         """How store errors marked retryable are retried before the artifacts go to the dead-letter list."""
         self.sleep = sleep
         self.secret, self.lineage = _open_lineage(config, clock)
+        writes.register(self.lineage, config)  # wrappers given this lineage db write only to configured stores
+        self._closed = False
         self._adapters: dict[str, Adapter] = {}
         self.context = SagaContext(lineage=self.lineage, adapter=self.adapter, clock=clock, sleep=sleep,
                                    retry=self.retry, signer=lambda: load_private_key(config.keys_dir),
@@ -91,10 +121,19 @@ class Tombstone:
         return cls(load_config(config_path), **kwargs)
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        writes.closed(self.lineage)
         for adapter in self._adapters.values():
             adapter.close()
         self._adapters.clear()
         self.lineage.close()
+
+    def _check_open(self) -> None:
+        if getattr(self, "_closed", False):
+            raise LineageError("this Tombstone was closed (close() or the end of its 'with' block): open the"
+                               " deployment again with Tombstone.open")
 
     def __enter__(self) -> "Tombstone":
         return self
@@ -104,6 +143,7 @@ class Tombstone:
 
     def adapter(self, store: str) -> Adapter:
         """The adapter serving a configured store (opened once, then reused)."""
+        self._check_open()
         if store not in self._adapters:
             if store not in self.config.stores:
                 raise ConfigError(f"store {store!r} is not configured in {self.config.path}", store=store)
@@ -122,6 +162,7 @@ class Tombstone:
     def scan_store(self, store: str) -> Any:
         """``tombstone scan`` of a configured store (``tombstone.scan.ScanReport``); None where its backend has
         no scan. Read-only."""
+        self._check_open()
         from tombstone.contract import adapter_class
 
         if store not in self.config.stores:
@@ -137,6 +178,9 @@ class Tombstone:
         """Apply ``store``'s reclaim recipe to the whole store, for what its own client already deleted, with
         a scan before and after; return the receipt (kind ``tombstone.store-reclaim-receipt``, subject
         ``store:NAME``) and its file. An unfinished reclaim of the same store is finished first."""
+        self._check_open()
+        if out:
+            check_out_path(out)
         saga = Saga.start_store_reclaim(self.context, store, out_path=None if out is None else str(out), wait=wait)
         receipt = saga.run()
         return receipt, saga.receipt_path
@@ -158,6 +202,10 @@ class Tombstone:
         configured, or whose adapter is missing or misconfigured, stops the erasure before it starts
         unless it is named in ``allow_missing_stores`` (then its artifacts end UNVERIFIED(no adapter)).
         """
+        self._check_open()
+        check_subject(subject)
+        if out:
+            check_out_path(out)
         saga = Saga.start(self.context, subject, str(out) if out else None, artifacts=artifacts,
                           allow_missing=allow_missing_stores)
         saga.progress = progress
@@ -175,6 +223,9 @@ class Tombstone:
         records deleted by id (``tombstone_adapters.langchain`` writes one per source). ``statement`` says on
         the receipt why these records went. An unfinished erasure of the same reference is finished first.
         Waits at most ``wait`` seconds for another erasure of the same reference."""
+        self._check_open()
+        if out:
+            check_out_path(out)
         while True:
             saga = Saga.start_artifacts(self.context, reference, artifacts, statement=statement, why=why,
                                         out_path=None if out is None else str(out), wait=wait)
@@ -186,6 +237,10 @@ class Tombstone:
     def known_subjects(self, subjects: list[str]) -> list[str]:
         """The subjects, stripped and without repeats, each checked against the lineage db: an unknown
         one raises UnknownSubjectError before anything is touched."""
+        self._check_open()
+        for subject in subjects:
+            if not (isinstance(subject, str) and not subject.strip()):
+                check_subject(subject)
         subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
         if not subjects:
             raise UnknownSubjectError("no subjects given")
@@ -203,6 +258,13 @@ class Tombstone:
 
         A subject the lineage db records nothing for does not stop the batch: it gets a signed receipt with
         no artifacts that says so (stores written outside the wrappers are not covered)."""
+        self._check_open()
+        if isinstance(subjects, (str, bytes)) or not hasattr(subjects, "__iter__"):
+            raise UnknownSubjectError(f"erase_many takes a list of subject references, not {type(subjects).__name__}")
+        subjects = list(subjects)
+        for subject in subjects:
+            if not (isinstance(subject, str) and not subject.strip()):  # blank lines of a list are skipped
+                check_subject(subject)
         subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
         if not subjects:
             raise UnknownSubjectError("no subjects given")
@@ -224,6 +286,7 @@ class Tombstone:
 
     def retry_dead_letters(self) -> list[tuple[dict[str, Any], Path]]:
         """Erase again every subject with an open dead letter (a new saga each); mark the letters retried."""
+        self._check_open()
         letters = self.lineage.dead_letters("open")
         done = []
         for subject in dict.fromkeys(letter["subject"] for letter in letters):
@@ -234,6 +297,7 @@ class Tombstone:
     def resume(self) -> list[tuple[dict[str, Any], Path]]:
         """Finish every saga that was interrupted. Sagas another process is running are left to it and
         listed in ``self.skipped``."""
+        self._check_open()
         done = []
         self.skipped: list[str] = []
         for row in self.lineage.sagas("running"):

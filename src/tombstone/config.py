@@ -1,5 +1,8 @@
 """``tombstone.toml``: where the lineage db, the keys, the receipts and each store live.
 
+The file is read only if it is a regular file of at most ``tombstone.inputs.CONFIG_LIMIT`` (1 MiB): a FIFO,
+a device or a folder named as the config is refused at once.
+
 Relative paths are resolved against the directory of the config file, so a deployment directory
 can be moved or copied as a whole (the crash-resume tests rely on that).
 
@@ -119,9 +122,11 @@ def find_config(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Read and validate a config file; every problem is one ConfigError line."""
+    from tombstone.inputs import CONFIG_LIMIT, read_user_file
+
     path = find_config(path).absolute()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_user_file(path, CONFIG_LIMIT, "config file").decode("utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"config file not found: {path} (run 'tombstone init' or pass --config)") from exc
     except (OSError, UnicodeDecodeError) as exc:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tombstone.capture import deferred
+from tombstone.capture.writes import check_write
 from tombstone.capture.calls import Embedder, embed
 from tombstone.capture.fragments import probe_queries, query_sha256
 from tombstone.lineage.db import ArtifactRecord
@@ -122,8 +123,9 @@ def vectors_for_write(
     their probe fragments in one call, record lineage first — assume the store write will fail — and
     return the vectors to store. Without one (a bare store): just the vectors."""
     if lineage is not None:
-        if subject is None or embedder is None:
-            raise ValueError("the wrapper needs subject= and an embedder")
+        check_write(lineage, store, [subject])
+        if embedder is None:
+            raise ValueError("the wrapper needs an embedder")
         cap = capture_vectors(embedder, store=store, backend=backend, ids=ids, documents=documents,
                               embeddings=embeddings, defer=deferred.mode() == "background")
         lineage.record_artifacts(subject, cap.records, probes=cap.probes)

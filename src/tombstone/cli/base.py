@@ -52,8 +52,9 @@ def main() -> None:
 
 
 CONFIG_OPTION = click.option(
-    "--config", "config_path", type=click.Path(dir_okay=False), default=None,
-    help="Path to tombstone.toml (default: $TOMBSTONE_CONFIG, then ./tombstone.toml).",
+    "--config", "config_path", metavar="PATH", default=None,
+    help="Path to tombstone.toml, a regular file of at most 1 MiB (default: $TOMBSTONE_CONFIG, then"
+         " ./tombstone.toml).",
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -75,12 +76,13 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
 @main.command()
 @click.argument("subject", required=False)
 @CONFIG_OPTION
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", metavar="FILE", default=None,
               help="Where to write the receipt (default: receipts_dir/SUBJECT.json, or a new name when that is"
-                   " taken); refuses a file that holds a sealed receipt, or another erasure's.")
-@click.option("--subjects-file", type=click.Path(dir_okay=False), default=None,
-              help="Erase every subject listed in FILE (one per line) in one batch: one reclaim and one probe"
-                   " pass per store, one receipt per subject.")
+                   " taken): a regular file or a new path; refuses a file that holds a sealed receipt, or another"
+                   " erasure's.")
+@click.option("--subjects-file", metavar="FILE", default=None,
+              help="Erase every subject listed in FILE (UTF-8, one per line; '-' reads standard input) in one"
+                   " batch: one reclaim and one probe pass per store, one receipt per subject.")
 @click.option("--allow-missing-store", "allow_missing", multiple=True, metavar="NAME",
               help="Erase even though store NAME (known to the lineage db) was removed from the config or has no"
                    " adapter: its artifacts end UNVERIFIED(no adapter). Repeat for several.")
@@ -91,11 +93,14 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
           allow_missing: tuple[str, ...], queue: bool) -> None:
     """Erase SUBJECT everywhere the lineage db knows of, then write its signed receipt."""
     from tombstone.api import Tombstone
+    from tombstone.inputs import check_out_path
 
     if bool(subject) == bool(subjects_file):
         raise ConfigError("give either SUBJECT or --subjects-file FILE")
     if out and (subjects_file or queue):
         raise ConfigError("--out writes one receipt here; a batch or a queue writes one per subject under receipts_dir")
+    if out:
+        check_out_path(out)
     subjects = [subject] if subject else []
     if subjects_file:
         lines = _read_subjects_file(subjects_file)
@@ -125,18 +130,47 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
     _exit_for([(receipt, path)])
 
 
+SUBJECTS_FILE_HINT = "save it as UTF-8, one subject per line"
+NEWLINE = b"\n"
+
+
 def _read_subjects_file(path: str) -> list[str]:
-    """Lines of a subjects file: UTF-8 (with or without a BOM) or UTF-16 with a BOM; anything else is one line."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    """Lines of a subjects file, ``-`` for standard input: UTF-8 (with or without a BOM) or UTF-16 with a BOM,
+    at most ``SUBJECTS_FILE_LIMIT`` bytes, from a regular file (a FIFO, a pipe, a device or a folder is refused
+    at once: pipe a command's output to ``--subjects-file -`` instead). Bytes that are not text in that
+    encoding, or text holding a NUL character (UTF-16 without a BOM reads so), refuse the whole file in one
+    line naming the first line at fault; so does a subject no erasure would take (``check_subject``)."""
+    from tombstone.errors import UnknownSubjectError
+    from tombstone.inputs import SUBJECTS_FILE_LIMIT, check_subject, read_stream, read_user_file
+
+    if path == "-":
+        name = "--subjects-file - (standard input)"
+        data = read_stream(sys.stdin.buffer, SUBJECTS_FILE_LIMIT, name)
+    else:
+        name = f"--subjects-file {path}"
+        try:
+            data = read_user_file(path, SUBJECTS_FILE_LIMIT, "--subjects-file",
+                                  hint="; to read a command's output, pipe it to --subjects-file -")
+        except FileNotFoundError as exc:
+            raise ConfigError(f"cannot read --subjects-file {path}: no such file") from exc
     encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
     try:
-        return data.decode(encoding).splitlines()
+        text = data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 or UTF-16 text (byte {exc.start}); save it as UTF-8, one subject"
-                          " per line") from exc
+        where = f"line {data[:exc.start].count(NEWLINE) + 1}, " if encoding == "utf-8-sig" else ""
+        raise ConfigError(f"{name} is not UTF-8 or UTF-16 text ({where}byte {exc.start}); {SUBJECTS_FILE_HINT}"
+                          ) from exc
+    lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
+        if "\x00" in line:
+            raise ConfigError(f"{name} holds NUL characters (line {n}): it is not UTF-8 text (UTF-16 without a"
+                              f" byte-order mark reads so); {SUBJECTS_FILE_HINT}")
+        if line.strip() and not line.lstrip().startswith("#"):
+            try:
+                check_subject(line.strip())
+            except UnknownSubjectError as exc:
+                raise UnknownSubjectError(f"{name} line {n}: {exc}") from exc
+    return lines
 
 
 @main.command()
