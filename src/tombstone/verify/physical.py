@@ -306,9 +306,9 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
     read_others = sorted(others[f] for f in report.files if f in others)
     other_evidence: dict[str, Any] = {}
     if directory is not None:
-        other_evidence["other_files_scanned"] = read_others
+        other_evidence["other_files_scanned"] = _capped(read_others)
         if skipped:
-            other_evidence["not_scanned"] = skipped
+            other_evidence["not_scanned"] = _capped(skipped)
     results = {}
     for art in artifacts:
         kinds = per_artifact[art.artifact_id]
@@ -327,7 +327,7 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
             passed=not found,
             measurement="; ".join(found) or None,
             evidence={
-                "files_scanned": sorted(labels[f] for f in report.files),
+                "files_scanned": sorted(labels[f] for f in report.files if f not in others),
                 "bytes_scanned": report.bytes_scanned,
                 "patterns": sorted(kinds),
                 "id_hits": len(id_hits),
@@ -343,6 +343,16 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
             content_found=bool(content_hits) or more.content_found,
         )
     return results
+
+
+NAMED_AT_MOST = 50
+"""How many other files (read, or left unread) a probe's evidence names, per artifact; the rest are counted."""
+
+
+def _capped(names: list[str]) -> list[str]:
+    if len(names) <= NAMED_AT_MOST:
+        return names
+    return names[:NAMED_AT_MOST] + [f"... and {len(names) - NAMED_AT_MOST} more"]
 
 
 def _where(hits, labels: dict[str, str], others: dict[str, str]) -> str:
