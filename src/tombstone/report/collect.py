@@ -13,6 +13,7 @@ receipt's hash and signature). Each file that fails is named, with the reason, i
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -47,8 +48,9 @@ class Source:
     where: str
     """A file path, or ``sealed copy #N`` for the deployment's own copies."""
     receipt: Receipt
-    raw: bytes | None = field(default=None, repr=False, compare=False)
-    """The bytes the receipt was parsed from (the file's, or the sealed copy's); None when not known."""
+    digest: bytes | None = field(default=None, repr=False, compare=False)
+    """SHA-256 of the bytes the receipt was parsed from (the file's, or the sealed copy's); None when not
+    known. Two sources with one digest are byte-identical."""
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,7 @@ def read_files(paths: Sequence[str | Path]) -> list[Source]:
     for path in dict.fromkeys(files):
         raw, data = _load(path)
         try:
-            sources.append(Source(str(path), Receipt.parse(data), raw))
+            sources.append(Source(str(path), Receipt.parse(data), hashlib.sha256(raw).digest()))
         except ReceiptError as exc:
             raise ReceiptError(f"{path}: {exc}") from exc
     return sources
@@ -305,7 +307,7 @@ def read_deployment(config: Config) -> tuple[list[Source], tuple[int, str] | Non
         where = f"sealed copy #{row['seq']}"
         data = parse_strict(row["body"].decode("utf-8"), where)
         try:
-            sources.append(Source(where, Receipt.parse(data), bytes(row["body"])))
+            sources.append(Source(where, Receipt.parse(data), hashlib.sha256(bytes(row["body"])).digest()))
         except ReceiptError as exc:
             raise ReceiptError(f"{where}: {exc}") from exc
     return sources, head
@@ -477,10 +479,10 @@ def build_report(sources: Sequence[Source], *, key: Ed25519PublicKey | None, key
     kept: set[bytes] = set()
     for source in sources:
         view = ReceiptView(source, check_integrity(source.receipt, key), _store_views(source.receipt))
-        if not view.integrity.failed and source.raw is not None:
-            if source.raw in kept:  # the same file given twice, or a byte-identical copy of it
+        if not view.integrity.failed and source.digest is not None:
+            if source.digest in kept:  # the same file given twice, or a byte-identical copy of it
                 continue
-            kept.add(source.raw)
+            kept.add(source.digest)
         views.append(view)
     failures = [Failure(v.source.where, v.receipt.sequence, v.receipt.subject,
                         v.integrity.text.removeprefix("FAILS: ")) for v in views if v.integrity.failed]
