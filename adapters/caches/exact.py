@@ -202,6 +202,11 @@ class ExactCacheAdapter(ExactCacheHooks, Adapter):
 
         return scan_exact_cache(store, cls.backend, TABLE, options)
 
+    def physical_root(self) -> Path:
+        """The folder holding the cache database: every other file in it and below it is read as bytes too,
+        but for what a Tombstone deployment keeps there (``verify.physical.deployment_owned``)."""
+        return self.path.parent
+
     def physical_files(self) -> list[Path]:
         if not os.access(self.path, os.R_OK):
             raise PhysicalUnsupportedError(f"cache database {self.path} is not readable", store=self.store)

@@ -117,6 +117,12 @@ class DocstoreAdapter(DocstoreHooks, Adapter):
 
         return scan_docstore(store, options)
 
+    def physical_root(self) -> Path:
+        """The folder holding the SQLite file: every other file in it and below it is read as bytes too (a
+        ``docstore.db.bak``, a copy in a sub-folder), but for what a Tombstone deployment keeps there (its
+        lineage db, locks, keys, receipts, other stores: ``verify.physical.deployment_owned``)."""
+        return self.source.path.parent
+
     def physical_files(self) -> list[Path]:
         files = self.source.files()
         if not os.access(files[0], os.R_OK):

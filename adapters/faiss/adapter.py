@@ -240,6 +240,11 @@ class FaissAdapter(FaissHooks, Adapter):
 
         return scan_faiss(store, cls.backend, options)
 
+    def physical_root(self) -> Path:
+        """The store directory: files in its sub-folders (a copy of an index or of the records) are read as
+        bytes too, and named."""
+        return self.dir
+
     def physical_files(self) -> list[Path]:
         if not os.access(self.dir, os.R_OK | os.X_OK):
             raise PhysicalUnsupportedError(f"store directory {self.dir} is not readable", store=self.store)

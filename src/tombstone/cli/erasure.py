@@ -239,8 +239,49 @@ def status(subject: str | None, config_path: str | None) -> None:
         if not sagas:
             echo("no erasure has been run")
             return
-        rows = [(s["saga_id"], s["subject"], s["state"], s["started_at"], s["finished_at"] or "-") for s in sagas]
+        queued = _queued_sagas(tomb.config.lineage_dsn) if tomb.config.lineage_dsn else {}
+        states = {s["saga_id"]: _saga_state(tomb.lineage, s, queued) for s in sagas}
+        rows = [(s["saga_id"], s["subject"], states[s["saga_id"]], s["started_at"], s["finished_at"] or "-")
+                for s in sagas]
         echo(_table(("saga", "subject", "state", "started", "finished"), rows))
+        interrupted = sum(1 for state in states.values() if state == "interrupted")
+        if interrupted:
+            echo(f"{_count(interrupted, 'erasure')} interrupted (no process holds its subject's lock); finish"
+                 f" {'it' if interrupted == 1 else 'them'} with: tombstone resume --config {tomb.config.path}")
+
+
+def _saga_state(lineage, saga: dict, queued: dict[str, str]) -> str:
+    """A saga's state for ``status``: ``done``; ``running (pid N)`` while a live process holds its subject's
+    lock; ``queued`` while a worker job waits for it; ``interrupted`` when nothing holds the lock (its
+    process died: ``tombstone resume`` finishes it)."""
+    if saga["state"] != "running":
+        return saga["state"]
+    if queued.get(saga["saga_id"]) == "todo":
+        return "queued"
+    holder = lineage.subject_lock(saga["subject_key"]).holder()
+    if holder.held is None:
+        return "running (holder unknown)"
+    if holder.held:
+        if holder.pid is not None and holder.pid_alive is False:
+            return f"running (pid {holder.pid} is gone; a process it started holds the lock)"
+        return f"running ({holder.text})"
+    if queued.get(saga["saga_id"]) == "doing":
+        return "running (a worker is taking it)"
+    return "interrupted"
+
+
+def _queued_sagas(dsn: str) -> dict[str, str]:
+    """The worker queue's unfinished jobs: saga id -> ``todo`` or ``doing``."""
+    import psycopg
+
+    from tombstone.workers import QUEUE
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+            return {}
+        rows = conn.execute("SELECT queueing_lock, status::text FROM procrastinate_jobs WHERE queue_name = %s"
+                            " AND status IN ('todo', 'doing') AND queueing_lock IS NOT NULL", (QUEUE,)).fetchall()
+    return dict(rows)
 
 
 @main.command()

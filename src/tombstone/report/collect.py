@@ -5,10 +5,15 @@ are checked only against a key the reader names (``--key``, or the deployment na
 never against a key found next to the receipts: whoever could alter the receipts could have replaced that
 key too. Without one the report says "signature not checked" and checks only that each receipt's hash
 matches its content, which a forger can recompute.
+
+Every file read is checked on its own: two files are read as one receipt only when their bytes are identical
+and both pass their check, never because they claim the same hash (a tampered copy claims the genuine
+receipt's hash and signature). Each file that fails is named, with the reason, in ``Report.failures``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,11 +23,12 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from tombstone.config import Config
-from tombstone.errors import ConfigError, ReceiptError
+from tombstone.errors import ConfigError, ReceiptError, ReceiptFormatError
+from tombstone.fsutil import NotARegularFile, read_regular_file
 from tombstone.keys import key_id
 from tombstone.receipt.canonical import body_hash
 from tombstone.receipt.model import Receipt
-from tombstone.receipt.signing import load_receipt, parse_strict, verify
+from tombstone.receipt.signing import MAX_RECEIPT_BYTES, parse_strict, verify
 from tombstone.report.explain import Explanation, explain
 from tombstone.verify.levels import Level, StatusKind
 from tombstone.version import __version__
@@ -42,6 +48,9 @@ class Source:
     where: str
     """A file path, or ``sealed copy #N`` for the deployment's own copies."""
     receipt: Receipt
+    digest: bytes | None = field(default=None, repr=False, compare=False)
+    """SHA-256 of the bytes the receipt was parsed from (the file's, or the sealed copy's); None when not
+    known. Two sources with one digest are byte-identical."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,16 @@ class ChainState:
         return f"{head}; complete from #1"
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A receipt that was read and fails its check: where it came from and why."""
+
+    where: str
+    sequence: int
+    subject: str
+    reason: str
+
+
 @dataclass
 class Report:
     """A report over receipts."""
@@ -164,6 +183,8 @@ class Report:
     """Store → status → artifacts, over each subject's latest receipt that did not fail its check."""
     left_out: int
     """Latest receipts left out of the counts because they fail their check."""
+    failures: list[Failure] = field(default_factory=list)
+    """Every receipt read (each file, each sealed copy) that fails its hash or signature check."""
 
     @property
     def signatures_checked(self) -> bool:
@@ -176,7 +197,7 @@ class Report:
     @property
     def failed(self) -> bool:
         """A receipt fails its hash or signature, or the chain is broken."""
-        return self.chain.state == "broken" or any(
+        return self.chain.state == "broken" or bool(self.failures) or any(
             view.integrity.failed for s in self.subjects for view in [s.latest, *s.earlier])
 
     def status_totals(self) -> dict[str, int]:
@@ -200,6 +221,8 @@ class Report:
             "totals": {"subjects": len(self.subjects), "by_status": self.status_totals(),
                        "by_store": self.counts, "left_out_of_counts": self.left_out},
             "needs_action": [s.subject for s in self.needs_action],
+            "failures": [{"source": f.where, "sequence": f.sequence, "subject": f.subject, "reason": f.reason}
+                         for f in self.failures],
             "subjects": [_subject_json(s) for s in self.subjects],
         }
 
@@ -242,12 +265,34 @@ def read_files(paths: Sequence[str | Path]) -> list[Source]:
             files.append(path)
     sources = []
     for path in dict.fromkeys(files):
-        data = load_receipt(path)
+        raw, data = _load(path)
         try:
-            sources.append(Source(str(path), Receipt.parse(data)))
+            sources.append(Source(str(path), Receipt.parse(data), hashlib.sha256(raw).digest()))
         except ReceiptError as exc:
             raise ReceiptError(f"{path}: {exc}") from exc
     return sources
+
+
+def _load(path: Path) -> tuple[bytes, Any]:
+    """A receipt file's bytes and its strict JSON, read once; one ReceiptFormatError line when it cannot be."""
+    try:
+        raw = read_regular_file(path, MAX_RECEIPT_BYTES + 1)
+    except FileNotFoundError as exc:
+        raise ReceiptFormatError(f"receipt file not found: {path}") from exc
+    except NotARegularFile as exc:
+        raise ReceiptFormatError(f"receipt {path} is not a regular file ({exc})") from exc
+    except OSError as exc:
+        raise ReceiptFormatError(f"cannot read receipt {path}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_RECEIPT_BYTES:
+        raise ReceiptFormatError(f"receipt {path} is larger than {MAX_RECEIPT_BYTES // (1024 * 1024)} MiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReceiptFormatError(f"receipt {path} is not UTF-8 text (byte {exc.start})") from exc
+    data = parse_strict(text, f"receipt {path}")
+    if not isinstance(data, dict):
+        raise ReceiptFormatError(f"receipt {path} is not a JSON object")
+    return raw, data
 
 
 def read_deployment(config: Config) -> tuple[list[Source], tuple[int, str] | None]:
@@ -262,7 +307,7 @@ def read_deployment(config: Config) -> tuple[list[Source], tuple[int, str] | Non
         where = f"sealed copy #{row['seq']}"
         data = parse_strict(row["body"].decode("utf-8"), where)
         try:
-            sources.append(Source(where, Receipt.parse(data)))
+            sources.append(Source(where, Receipt.parse(data), hashlib.sha256(bytes(row["body"])).digest()))
         except ReceiptError as exc:
             raise ReceiptError(f"{where}: {exc}") from exc
     return sources, head
@@ -428,13 +473,23 @@ def chain_state(views: Sequence[ReceiptView], *, signatures_checked: bool,
 def build_report(sources: Sequence[Source], *, key: Ed25519PublicKey | None, key_source: str | None,
                  source_names: Sequence[str], deployment_head: tuple[int, str] | None = None,
                  anchor: str | None = None, now: datetime | None = None) -> Report:
-    """Judge every receipt and put the report together."""
-    unique: dict[str, Source] = {}
-    for source in sources:  # the same receipt given twice (a file and its export) is one receipt
-        unique.setdefault(source.receipt.receipt_hash + source.receipt.data["signature"]["value"], source)
-    views = [ReceiptView(s, check_integrity(s.receipt, key), _store_views(s.receipt)) for s in unique.values()]
+    """Judge every receipt and put the report together. Each source is checked on its own; a source is
+    dropped as a duplicate only when its bytes are those of one already kept and both pass their check."""
+    views: list[ReceiptView] = []
+    kept: set[bytes] = set()
+    for source in sources:
+        view = ReceiptView(source, check_integrity(source.receipt, key), _store_views(source.receipt))
+        if not view.integrity.failed and source.digest is not None:
+            if source.digest in kept:  # the same file given twice, or a byte-identical copy of it
+                continue
+            kept.add(source.digest)
+        views.append(view)
+    failures = [Failure(v.source.where, v.receipt.sequence, v.receipt.subject,
+                        v.integrity.text.removeprefix("FAILS: ")) for v in views if v.integrity.failed]
     by_subject: dict[str, list[ReceiptView]] = {}
-    for view in sorted(views, key=lambda v: v.receipt.sequence):
+    # by position in the chain; at one position a receipt that fails comes before one that passes, so that a
+    # tampered copy never stands as the subject's latest receipt in place of the genuine one
+    for view in sorted(views, key=lambda v: (v.receipt.sequence, not v.integrity.failed)):
         by_subject.setdefault(view.receipt.subject, []).append(view)
     subjects = []
     for subject, mine in by_subject.items():
@@ -459,9 +514,10 @@ def build_report(sources: Sequence[Source], *, key: Ed25519PublicKey | None, key
         sources=list(source_names),
         key=f"{key_id(key)} ({key_source})" if key is not None else None,
         subjects=subjects, chain=chain, counts=dict(sorted(counts.items())), left_out=left_out,
+        failures=failures,
     )
 
 
-__all__ = ["ChainState", "Integrity", "NOT_CHECKED", "Report", "ReceiptView", "STATUS_ORDER", "Source",
+__all__ = ["ChainState", "Failure", "Integrity", "NOT_CHECKED", "Report", "ReceiptView", "STATUS_ORDER", "Source",
            "StatusGroup", "StoreView", "SubjectReport", "build_report", "chain_state", "check_integrity",
            "read_deployment", "read_files"]

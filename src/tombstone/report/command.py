@@ -72,7 +72,7 @@ def write_report(report: Report, fmt: str, out: str | None) -> None:
 
 
 def exit_code(report: Report) -> int:
-    """1 when a receipt fails its check or the chain is broken, 3 when a subject needs action, else 0."""
+    """1 when any receipt read fails its check or the chain is broken, 3 when a subject needs action, else 0."""
     if report.failed:
         return EXIT_FAILED
     return EXIT_ACTION_NEEDED if report.needs_action else EXIT_OK
@@ -80,8 +80,12 @@ def exit_code(report: Report) -> int:
 
 def summary_line(report: Report) -> str:
     signatures = f"signatures checked against {report.key}" if report.signatures_checked else "signature not checked"
-    return (f"{len(report.subjects)} subject(s), {len(report.needs_action)} needing action; {signatures};"
+    line = (f"{len(report.subjects)} subject(s), {len(report.needs_action)} needing action; {signatures};"
             f" chain: {report.chain.text}")
+    if report.failures:
+        named = "; ".join(f"{f.where}: {f.reason}" for f in report.failures)
+        line += f"; {len(report.failures)} receipt file(s) fail their check: {named}"
+    return line
 
 
 __all__ = ["check_format", "exit_code", "make_report", "summary_line", "write_report"]

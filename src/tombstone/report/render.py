@@ -152,6 +152,10 @@ def render_markdown(report: Report) -> str:
     else:
         out.append("**Signature not checked**: no --key or --config was given, so only each receipt's hash was"
                    " compared with its content (a forger can recompute it).")
+    if report.failures:
+        out += ["", f"**{len(report.failures)} receipt(s) fail their check**; none of their statuses can be relied on:"]
+        out += [f"- {md(f.where)} (receipt #{f.sequence}, subject {md(f.subject)}): {md(f.reason)}"
+                for f in report.failures]
     out += ["", f"Chain: {md(report.chain.text)}"]
     out += [f"- {md(p)}" for p in report.chain.problems] + [f"- {md(n)}" for n in report.chain.notes]
     out += ["", "## Across subjects", ""]

@@ -3,7 +3,8 @@
 The lock itself comes from the lineage db (:meth:`LineageDB.subject_lock`): an exclusive ``flock`` on
 ``locks/<subject key>.lock`` next to a SQLite lineage db, or a session advisory lock on a PostgreSQL one.
 Either is named by the keyed hash, never the subject, and either is dropped when its holder dies, so a
-killed saga never leaves a stale lock behind.
+killed saga never leaves a stale lock behind. A lock that is held while the pid it records is no longer
+running (a process the saga started inherited it) is named as such: waiting would not end it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ class SubjectLock:
         deadline = time.monotonic() + wait
         while not self._lock.try_acquire():
             if time.monotonic() >= deadline:
+                holder = self._lock.holder()
+                if holder.held and holder.pid is not None and holder.pid_alive is False:
+                    raise SubjectBusyError(
+                        f"subject {shown(subject)} is being erased by another process ({holder.text}); stop the"
+                        " process that holds the lock, then run 'tombstone resume'", subject=subject)
                 raise SubjectBusyError(
                     f"subject {shown(subject)} is being erased by another process ({self._lock.owner()});"
                     " wait for it to finish, or run 'tombstone resume' later", subject=subject)

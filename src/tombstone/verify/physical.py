@@ -13,7 +13,12 @@ An adapter contributes through hooks on :class:`tombstone.contract.Adapter`:
   its relation files to a temporary folder here;
 * ``physical_patterns(artifact)`` — the patterns; keys starting ``id`` are the artifact id in each form
   the store writes it, keys starting ``content`` its fingerprint in each encoding;
-* ``physical_extra(artifacts)`` — :class:`ExtraFinding` per artifact for what the scan cannot see.
+* ``physical_extra(artifacts)`` — :class:`ExtraFinding` per artifact for what the scan cannot see;
+* ``physical_root()`` (optional) — the store's own directory. Every regular file under it that the snapshot
+  does not list (a ``chroma.sqlite3.bak``, a ``docstore.db`` copied into a sub-folder) is read too, as bytes
+  for the same patterns, and named in the probe's evidence (``other_files_scanned``): a hit in one is a hit
+  like any other, named "not one of the store's files". What a Tombstone deployment keeps there is left out
+  (:func:`deployment_owned`): its lineage db, locks, keys, receipts and the other stores it configures.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tombstone.capabilities import Capability
@@ -79,6 +85,134 @@ def store_root(files: Iterable[Any]) -> str | None:
     """The folder every listed file lies in (the store's folder): nothing is read outside it."""
     parents = [os.path.abspath(os.path.dirname(os.fspath(path))) for path in files]
     return os.path.commonpath(parents) if parents else None
+
+
+CONFIG_NAME = "tombstone.toml"
+_SIDECARS = ("-wal", "-shm", "-journal", ".tombstone.lock")
+"""What lies beside a SQLite file or a store path and belongs to it."""
+
+
+def _configs_near(root: str, found_below: Iterable[str]) -> list[str]:
+    """The deployment configs that may name paths under ``root``: one in ``root`` or any folder above it,
+    any found below it, and the one ``$TOMBSTONE_CONFIG`` names."""
+    near = []
+    folder = root
+    while True:
+        near.append(os.path.join(folder, CONFIG_NAME))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    env = os.environ.get("TOMBSTONE_CONFIG")
+    if env:
+        near.append(os.path.abspath(env))
+    return list(dict.fromkeys([*near, *found_below]))
+
+
+def deployment_owned(root: str, known: Iterable[str], configs: Iterable[str]) -> dict[str, str]:
+    """The paths under ``root`` that a Tombstone deployment keeps for itself, each with why, for the configs
+    in ``configs`` that load: its lineage db (and its side files, its ``locks/`` folder), its keys and
+    receipts folders, the auditor keys it lists, and every path of a store it configures (with that store's
+    side files and lock). A store path that is one of ``known`` (the probed store's own) or that holds
+    ``root`` is not left out. A config that does not load leaves nothing out."""
+    from tombstone.config import load_config
+    from tombstone.errors import ConfigError
+
+    known = {os.path.abspath(k) for k in known}
+    owned: dict[str, str] = {}
+
+    def own(path: Any, why: str, sidecars: bool = False) -> None:
+        path = os.path.abspath(os.fspath(path))
+        if path in known or not _under(path, root) or path == root:
+            return
+        owned[path] = why
+        if sidecars:
+            for suffix in _SIDECARS:
+                owned.setdefault(path + suffix, why)
+
+    for config_path in configs:
+        if not os.path.isfile(config_path):
+            continue
+        try:
+            config = load_config(config_path)
+        except (ConfigError, OSError, ValueError):
+            continue
+        name = os.path.basename(config_path)
+        if config.lineage_dsn is None:
+            own(config.lineage_db, f"the lineage db of {name}", sidecars=True)
+            own(os.path.join(os.path.dirname(config.lineage_db), "locks"), f"the lineage locks of {name}")
+        own(config.keys_dir, f"the keys of {name}")
+        own(config.receipts_dir, f"the receipts of {name}")
+        for key in config.auditor_keys:
+            own(key, f"an auditor key of {name}")
+        for store in config.stores.values():
+            for option, value in store.options.items():
+                if isinstance(value, str) and (option == "path" or option.endswith(("_path", "_dir"))):
+                    if os.path.abspath(value) in known or _under(root, os.path.abspath(value)):
+                        continue  # the probed store itself
+                    own(value, f"store {store.name} of {name}", sidecars=True)
+    return owned
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def other_files(root: str | os.PathLike[str], known: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[str]]:
+    """Every regular file under ``root`` (sub-folders included, links to folders not followed) that is not one
+    of ``known`` nor kept there by a Tombstone deployment (:func:`deployment_owned`); and a line for each entry
+    left unread, with why: the deployment's, a symbolic link (its target, if inside, is read where it lies), or
+    something that is not a regular file and holds no stored bytes (a FIFO, a socket, a device). A folder that
+    cannot be listed raises PhysicalUnsupportedError naming it: what is in it was not checked."""
+    root = os.path.abspath(os.fspath(root))
+    known_paths = [os.path.abspath(os.fspath(k)) for k in known]
+    entries: list[tuple[str, str]] = []  # (path, "file" | "link" | "other")
+    configs_below: list[str] = []
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                found = list(listing)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise PhysicalUnsupportedError(f"cannot list {folder}: {exc.strerror or exc}; its files were not scanned")
+        for entry in found:
+            path = os.path.abspath(entry.path)
+            try:
+                if entry.is_symlink():
+                    entries.append((path, "link"))
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(path)
+                elif entry.is_file(follow_symlinks=False):
+                    entries.append((path, "file"))
+                    if entry.name == CONFIG_NAME:
+                        configs_below.append(path)
+                else:
+                    entries.append((path, "other"))
+            except OSError:
+                entries.append((path, "other"))
+    owned = deployment_owned(root, known_paths, _configs_near(root, configs_below))
+    known_set = set(known_paths)
+    files: list[Path] = []
+    skipped: list[str] = []
+    left_out: dict[str, str] = {}
+    for path, kind in sorted(entries):
+        if path in known_set:
+            continue
+        label = os.path.relpath(path, root)
+        holder = next((o for o in owned if _under(path, o)), None)
+        if holder is not None:  # named once: the folder, or the file
+            left_out[os.path.relpath(holder, root) + ("" if holder == path else os.sep)] = owned[holder]
+        elif kind == "link":
+            skipped.append(f"{label}: a symbolic link, not followed")
+        elif kind == "other":
+            skipped.append(f"{label}: not a regular file")
+        else:
+            files.append(Path(path))
+    skipped = [f"{label}: {why}" for label, why in sorted(left_out.items())] + skipped
+    return files, skipped
 
 
 def _patterns(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> tuple[dict[str, dict[str, bytes]], dict[str, bytes]]:
@@ -156,10 +290,25 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
     if not adapter.has(CAPABILITY):
         raise PhysicalUnsupportedError(STAGE.unsupported(adapter), store=adapter.store)
     per_artifact, patterns = _patterns(adapter, artifacts)
+    own_root = getattr(adapter, "physical_root", None)
     with adapter.physical_snapshot() as files:
         labels = {str(path): label for path, label in files.items()}
-        report = scan_files(list(files), patterns, root=store_root(files))
+        directory = own_root() if own_root is not None else None
+        others: dict[str, str] = {}
+        skipped: list[str] = []
+        if directory is not None:
+            found, skipped = other_files(directory, files)
+            others = {str(path): os.path.relpath(path, directory) for path in found}
+            labels.update(others)
+        every = [*files, *map(Path, others)]
+        report = scan_files(every, patterns, root=store_root(every))
     extra = adapter.physical_extra(artifacts)
+    read_others = sorted(others[f] for f in report.files if f in others)
+    other_evidence: dict[str, Any] = {}
+    if directory is not None:
+        other_evidence["other_files_scanned"] = _capped(read_others)
+        if skipped:
+            other_evidence["not_scanned"] = _capped(skipped)
     results = {}
     for art in artifacts:
         kinds = per_artifact[art.artifact_id]
@@ -169,20 +318,25 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
         more = extra.get(art.artifact_id, ExtraFinding())
         found = []
         if id_hits:
-            found.append(f"id found {len(id_hits)}x in {_where(id_hits, labels)}")
+            found.append(f"id found {len(id_hits)}x in {_where(id_hits, labels, others)}")
         if content_hits:
-            found.append(f"content found {len(content_hits)}x in {_where(content_hits, labels)}")
+            found.append(f"content found {len(content_hits)}x in {_where(content_hits, labels, others)}")
         found += more.found
         results[art.artifact_id] = ProbeResult(
             level=LEVEL,
             passed=not found,
             measurement="; ".join(found) or None,
             evidence={
-                "files_scanned": sorted(labels[f] for f in report.files),
+                "files_scanned": sorted(labels[f] for f in report.files if f not in others),
                 "bytes_scanned": report.bytes_scanned,
                 "patterns": sorted(kinds),
                 "id_hits": len(id_hits),
                 "content_hits": len(content_hits),
+                "store_file_hits": sum(1 for h in id_hits + content_hits if h.file not in others),
+                **other_evidence,
+                **({"found_in_other_files": sorted({others[h.file] for h in id_hits + content_hits
+                                                     if h.file in others})}
+                   if any(h.file in others for h in id_hits + content_hits) else {}),
                 **more.evidence,
             },
             id_found=bool(id_hits) or more.id_found,
@@ -191,8 +345,21 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
     return results
 
 
-def _where(hits, labels: dict[str, str]) -> str:
-    return ", ".join(sorted({labels.get(h.file, h.file) for h in hits}))
+NAMED_AT_MOST = 50
+"""How many other files (read, or left unread) a probe's evidence names, per artifact; the rest are counted."""
+
+
+def _capped(names: list[str]) -> list[str]:
+    if len(names) <= NAMED_AT_MOST:
+        return names
+    return names[:NAMED_AT_MOST] + [f"... and {len(names) - NAMED_AT_MOST} more"]
+
+
+def _where(hits, labels: dict[str, str], others: dict[str, str]) -> str:
+    own = sorted({labels.get(h.file, h.file) for h in hits if h.file not in others})
+    stray = sorted({others[h.file] for h in hits if h.file in others})
+    named = own + ([f"{', '.join(stray)} (not one of the store's files)"] if stray else [])
+    return ", ".join(named)
 
 
 def attribute(result: ProbeResult, sharing: Sequence[ArtifactRecord]) -> tuple[ProbeResult, str | None]:
@@ -251,4 +418,5 @@ class PhysicalStage:
 
 STAGE = PhysicalStage()
 
-__all__ = ["ExtraFinding", "STAGE", "attribute", "default_patterns", "fingerprint_scannable", "prepared", "probe"]
+__all__ = ["ExtraFinding", "STAGE", "attribute", "default_patterns", "deployment_owned", "fingerprint_scannable",
+           "other_files", "prepared", "probe"]
