@@ -180,6 +180,20 @@ class Tombstone:
             stores.update(art.store for art, _ in self.lineage.closure(key))
         return stores
 
+    def _reached(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
+        """The stores of named (store, id) artifacts and of what was derived from them (what
+        :meth:`erase_artifacts` will touch)."""
+        stores = {store for store, _ in pairs}
+        frontier = [art for store, aid in pairs if (art := self.lineage.artifact(store, aid)) is not None]
+        seen = {(a.store, a.artifact_id) for a in frontier}
+        while frontier:
+            for store, aid, _ in self.lineage.edges_of(frontier.pop())["derived"]:
+                if (store, aid) not in seen and (derived := self.lineage.artifact(store, aid)) is not None:
+                    seen.add((store, aid))
+                    stores.add(store)
+                    frontier.append(derived)
+        return stores
+
     def _under_way(self, subjects: list[str], action: Callable[[], Any]) -> Any:
         """``action()``, once a saga is recorded: an error from it is marked with the command that finishes
         the erasure (``tombstone.preflight.mark_under_way``) and raised as it is."""
@@ -237,10 +251,10 @@ class Tombstone:
         records deleted by id (``tombstone_adapters.langchain`` writes one per source). ``statement`` says on
         the receipt why these records went. An unfinished erasure of the same reference is finished first.
         Waits at most ``wait`` seconds for another erasure of the same reference."""
-        pairs = list(artifacts)
-        self.preflight({str(store) for store, _ in pairs}, out=out)
+        pairs = [(str(store), str(aid)) for store, aid in artifacts]
+        self.preflight(self._reached(pairs), out=out)
         while True:
-            saga = Saga.start_artifacts(self.context, reference, artifacts, statement=statement, why=why,
+            saga = Saga.start_artifacts(self.context, reference, pairs, statement=statement, why=why,
                                         out_path=None if out is None else str(out), wait=wait)
             saga.progress = progress
             receipt = self._under_way([saga.subject], saga.run)
