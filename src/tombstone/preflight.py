@@ -54,7 +54,7 @@ def check_signing_key(keys_dir: Path) -> None:
     """The signing key loads and its public half is the published ``signing.pub``."""
     from cryptography.hazmat.primitives import serialization
 
-    from tombstone.keys import PUBLIC_KEY, load_private_key, load_public_key
+    from tombstone.keys import PUBLIC_KEY, SIGNING_KEY, load_private_key, load_public_key
 
     try:
         private = load_private_key(keys_dir)
@@ -65,10 +65,13 @@ def check_signing_key(keys_dir: Path) -> None:
         raise KeyMaterialError(f"no published public key at {published_path}: receipts signed now could not be"
                                f" checked with 'tombstone receipt verify --key {published_path}'; restore it from"
                                f" where it was published; {NOTHING_CHANGED}")
-    published = load_public_key(published_path)
+    try:
+        published = load_public_key(published_path)
+    except KeyMaterialError as exc:
+        raise KeyMaterialError(f"{cause(exc)}; {NOTHING_CHANGED}") from exc
     raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
     if private.public_key().public_bytes(*raw) != published.public_bytes(*raw):
-        raise KeyMaterialError(f"the signing key {keys_dir / 'signing.key'} is not this deployment's: its public"
+        raise KeyMaterialError(f"the signing key {keys_dir / SIGNING_KEY} is not this deployment's: its public"
                                f" half does not match {published_path}, so its receipts would fail 'tombstone"
                                f" receipt verify --key {published_path}'; restore the deployment's signing key;"
                                f" {NOTHING_CHANGED}")
