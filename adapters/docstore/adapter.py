@@ -10,7 +10,7 @@ from typing import Any
 from tombstone.faults import kill_point
 from tombstone.fsutil import Snapshot
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError
+from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 
@@ -43,6 +43,13 @@ class DocstoreAdapter(DocstoreHooks, Adapter):
             path = self._snapshot.copy_files(self.source.files()) / self.source.path.name
         try:
             self.docs = DocStore(path, store=store, secure_delete=options.get("secure_delete"), create=False)
+        except StoreUnavailableError as exc:
+            self.close()
+            if self._snapshot is None:
+                raise
+            # the message names the store's own file, not the private copy it was read from
+            raise StoreUnavailableError(str(exc).replace(str(path), str(self.source.path)), store=store,
+                                        retryable=exc.retryable) from exc
         except BaseException:
             self.close()
             raise

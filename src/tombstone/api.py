@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tombstone.clock import Clock, system_clock
 from tombstone.config import CONFIG_NAME, Config, load_config, write_config
 from tombstone.contract import Adapter, open_adapter
-from tombstone.errors import ConfigError, KeyMaterialError, LineageError, SagaError, UnknownSubjectError, shown
+from tombstone.errors import (
+    ConfigError,
+    KeyMaterialError,
+    LineageError,
+    SagaError,
+    TombstoneError,
+    UnknownSubjectError,
+    shown,
+)
 from tombstone.keys import LINEAGE_SECRET, LineageSecret, create_keys, load_private_key
 from tombstone.lineage.db import LineageDB
 from tombstone.receipt.sealing import load_public as load_auditor_key
@@ -19,6 +27,15 @@ from tombstone.receipt.files import receipt_file_name
 from tombstone.gcpause import collector_paused
 from tombstone.capture import writes
 from tombstone.inputs import check_out_path, check_subject
+from tombstone.preflight import (
+    cause,
+    check_deployment,
+    check_stores,
+    mark_under_way,
+    nothing_changed_error,
+    stores_of_plan,
+    what_of,
+)
 from tombstone.saga import RetryPolicy, Saga, SagaContext, run_batch
 from tombstone.saga.engine import create_deferred
 
@@ -173,16 +190,73 @@ class Tombstone:
         except NotImplementedError:
             return None
 
+    def preflight(self, stores: Iterable[str] = (), *, out: str | Path | None = None,
+                  allow_missing: Sequence[str] = ()) -> None:
+        """What every state-changing call checks before it changes anything (``tombstone.preflight``): the
+        signing key against the published ``signing.pub``, the receipts directory (and ``out``'s folder)
+        writable, the lineage db's schema current, and each of ``stores`` opening read-only. Raises one
+        TombstoneError; writes nothing."""
+        check_deployment(self.config, self.lineage, out=out)
+        for store in check_stores(self.config, stores, allow_missing):
+            # a store this process cannot write is opened before any other: its client may refuse it, and
+            # that must come before a client that writes when it opens (Chroma's) has opened its store
+            try:
+                self.adapter(store)
+            except TombstoneError as exc:
+                if store in allow_missing:
+                    continue
+                said = nothing_changed_error(exc, store)
+                if said is exc:
+                    raise
+                raise said from exc
+
+    def stores_of(self, subjects: Iterable[str]) -> set[str]:
+        """The stores the lineage graphs of ``subjects`` reach (what their erasure will touch)."""
+        stores: set[str] = set()
+        for subject in subjects:
+            try:
+                key = self.lineage.subject_key(subject)
+            except UnknownSubjectError:
+                continue  # the saga says why, before anything is touched
+            stores.update(art.store for art, _ in self.lineage.closure(key))
+        return stores
+
+    def _reached(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
+        """The stores of named (store, id) artifacts and of what was derived from them (what
+        :meth:`erase_artifacts` will touch)."""
+        stores = {store for store, _ in pairs}
+        frontier = [art for store, aid in pairs if (art := self.lineage.artifact(store, aid)) is not None]
+        seen = {(a.store, a.artifact_id) for a in frontier}
+        while frontier:
+            for store, aid, _ in self.lineage.edges_of(frontier.pop())["derived"]:
+                if (store, aid) not in seen and (derived := self.lineage.artifact(store, aid)) is not None:
+                    seen.add((store, aid))
+                    stores.add(store)
+                    frontier.append(derived)
+        return stores
+
+    def _under_way(self, subjects: list[str], action: Callable[[], Any]) -> Any:
+        """``action()``, once a saga is recorded: an error from it is marked with the command that finishes
+        the erasure (``tombstone.preflight.mark_under_way``) and raised as it is."""
+        try:
+            return action()
+        except Exception as exc:
+            mark_under_way(exc, what_of(subjects), self.config.path)
+            raise
+
     def reclaim_store(self, store: str, *, out: str | Path | None = None, wait: float = 0.0,
                       ) -> tuple[dict[str, Any], Path]:
         """Apply ``store``'s reclaim recipe to the whole store, for what its own client already deleted, with
         a scan before and after; return the receipt (kind ``tombstone.store-reclaim-receipt``, subject
-        ``store:NAME``) and its file. An unfinished reclaim of the same store is finished first."""
+        ``store:NAME``) and its file. An unfinished reclaim of the same store is finished first. The
+        preflight comes first: a store that cannot be opened read-only is refused with nothing changed."""
         self._check_open()
         if out:
             check_out_path(out)
+        if store in self.config.stores:
+            self.preflight([store], out=out)
         saga = Saga.start_store_reclaim(self.context, store, out_path=None if out is None else str(out), wait=wait)
-        receipt = saga.run()
+        receipt = self._under_way([f"store:{store}"], saga.run)
         return receipt, saga.receipt_path
 
     def default_receipt_path(self, subject: str) -> Path:
@@ -206,10 +280,12 @@ class Tombstone:
         check_subject(subject)
         if out:
             check_out_path(out)
+        stores = {store for store, _ in artifacts} if artifacts is not None else self.stores_of([subject])
+        self.preflight(stores, out=out, allow_missing=allow_missing_stores)
         saga = Saga.start(self.context, subject, str(out) if out else None, artifacts=artifacts,
                           allow_missing=allow_missing_stores)
         saga.progress = progress
-        receipt = saga.run()
+        receipt = self._under_way([saga.subject], saga.run)
         return receipt, saga.receipt_path
 
     def erase_artifacts(self, reference: str, artifacts: Sequence[tuple[str, str]], *,
@@ -226,11 +302,13 @@ class Tombstone:
         self._check_open()
         if out:
             check_out_path(out)
+        pairs = [(str(store), str(aid)) for store, aid in artifacts]
+        self.preflight(self._reached(pairs), out=out)
         while True:
-            saga = Saga.start_artifacts(self.context, reference, artifacts, statement=statement, why=why,
+            saga = Saga.start_artifacts(self.context, reference, pairs, statement=statement, why=why,
                                         out_path=None if out is None else str(out), wait=wait)
             saga.progress = progress
-            receipt = saga.run()
+            receipt = self._under_way([saga.subject], saga.run)
             if not saga.continued:
                 return receipt, saga.receipt_path
 
@@ -268,6 +346,7 @@ class Tombstone:
         subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
         if not subjects:
             raise UnknownSubjectError("no subjects given")
+        self.preflight(self.stores_of(subjects), allow_missing=allow_missing_stores)
         sagas = []
         try:
             for subject in subjects:
@@ -282,13 +361,15 @@ class Tombstone:
                 saga.lock.release()
             raise
         sagas[0].progress = progress
-        return run_batch(sagas)
+        return self._under_way([s.subject for s in sagas], lambda: run_batch(sagas))
 
     def retry_dead_letters(self) -> list[tuple[dict[str, Any], Path]]:
         """Erase again every subject with an open dead letter (a new saga each); mark the letters retried."""
         self._check_open()
         letters = self.lineage.dead_letters("open")
         done = []
+        if letters:
+            self.preflight()  # each subject's erasure checks its own stores
         for subject in dict.fromkeys(letter["subject"] for letter in letters):
             done.append(self.erase(subject))
             self.lineage.mark_dead_letters_retried([l["seq"] for l in letters if l["subject"] == subject])
@@ -296,15 +377,34 @@ class Tombstone:
 
     def resume(self) -> list[tuple[dict[str, Any], Path]]:
         """Finish every saga that was interrupted. Sagas another process is running are left to it and
-        listed in ``self.skipped``."""
+        listed in ``self.skipped``; a saga that cannot proceed (a store of its plan does not open, its run
+        fails) stays running, is listed in ``self.stuck`` (one line each, saying why) and does not keep the
+        others from finishing. The deployment's own preflight (signing key, receipts directory, lineage db)
+        comes first: its failure raises before anything changes."""
         self._check_open()
         done = []
         self.skipped: list[str] = []
-        for row in self.lineage.sagas("running"):
+        self.stuck: list[str] = []
+        running = self.lineage.sagas("running")
+        if running:
+            self.preflight()
+        for row in running:
+            what = f"saga {row['saga_id']} ({what_of([row['subject']])})"
+            # stores removed from the config since the saga began end UNVERIFIED(no adapter), as in its run
+            plan_stores = stores_of_plan(self.lineage.step_result(row["saga_id"], "plan"))
+            try:
+                check_stores(self.config, plan_stores, [s for s in plan_stores if s not in self.config.stores],
+                             nothing_changed=False)
+            except TombstoneError as exc:
+                self.stuck.append(f"{what} cannot proceed: {cause(exc)}")
+                continue
             try:
                 saga = Saga.resume(self.context, row["saga_id"])
             except SagaError as exc:
                 self.skipped.append(str(exc))
                 continue
-            done.append((saga.run(), saga.receipt_path))
+            try:
+                done.append((saga.run(), saga.receipt_path))
+            except Exception as exc:
+                self.stuck.append(f"{what} cannot proceed: {cause(exc)}")
         return done

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
 from tombstone.errors import ConfigError, SagaError, shown
-from tombstone.cli.base import CONFIG_OPTION, _count, _table, _wrap, echo, main
+from tombstone.cli.base import CONFIG_OPTION, EXIT_ACTION_NEEDED, _count, _table, _wrap, echo, main
 from tombstone.cli.jsonout import JSON_OPTION, emit
 from tombstone.cli.output import _exit_for, _progress, format_receipt
 
@@ -109,13 +111,14 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
         from tombstone.workers import enqueue
 
         with Tombstone.open(config_path) as tomb:
+            tomb.preflight(tomb.stores_of(subjects))
             queued = enqueue(tomb, subjects)
         for item in queued:
             echo(f"{item.subject}: saga {item.saga_id} {'queued' if item.queued else 'already queued'}")
         echo(f"{_count(sum(q.queued for q in queued), 'saga')} queued for 'tombstone worker'")
         return
     if subjects_file:
-        with Tombstone.open(config_path) as tomb:
+        with under_way(), Tombstone.open(config_path) as tomb:
             done = tomb.erase_many(subjects, allow_missing_stores=allow_missing, progress=_progress())
         for receipt, path in done:
             totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
@@ -123,7 +126,7 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
         echo(f"{_count(len(done), 'subject')} erased in one batch")
         _exit_for(done)
         return
-    with Tombstone.open(config_path) as tomb:
+    with under_way(), Tombstone.open(config_path) as tomb:
         receipt, path = tomb.erase(subject, out=out, progress=_progress(), allow_missing_stores=allow_missing)
     echo(format_receipt(receipt))
     echo(f"receipt: {path}")
@@ -132,6 +135,22 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
 
 SUBJECTS_FILE_HINT = "save it as UTF-8, one subject per line"
 NEWLINE = b"\n"
+
+
+@contextlib.contextmanager
+def under_way() -> Iterator[None]:
+    """An error raised once an erasure (or a store reclaim) has begun: one line with what went wrong and the
+    command that finishes it, exit 3 (work remains). Errors before the first change pass through (exit 2)."""
+    from tombstone.preflight import cause, under_way_hint
+
+    try:
+        yield
+    except Exception as exc:
+        hint = under_way_hint(exc)
+        if hint is None:
+            raise
+        echo(f"error: {cause(exc)}; {hint}", err=True)
+        sys.exit(EXIT_ACTION_NEEDED)
 
 
 def _read_subjects_file(path: str) -> list[str]:
@@ -196,20 +215,28 @@ def worker(config_path: str | None, name: str | None, lease: float, poll: float,
 @main.command()
 @CONFIG_OPTION
 def resume(config_path: str | None) -> None:
-    """Finish every erasure that was interrupted, from its journal."""
+    """Finish every erasure that was interrupted, from its journal. The preflight comes first (nothing
+    changes if the signing key, the receipts directory or the lineage db fails it); a saga that cannot
+    proceed is named in one line and left running, and the others are finished (exit 3)."""
     from tombstone.api import Tombstone
+    from tombstone.preflight import resume_command
 
     with Tombstone.open(config_path) as tomb:
         finished = tomb.resume()
-        skipped = tomb.skipped
+        skipped, stuck = tomb.skipped, tomb.stuck
+        command = resume_command(tomb.config.path)
     for line in skipped:
         echo(f"skipped: {line}")
-    if not finished and not skipped:
+    if not finished and not skipped and not stuck:
         echo("no interrupted erasure to resume")
     for receipt, path in finished:
         echo(format_receipt(receipt))
         echo(f"receipt: {path}")
-    _exit_for(finished)
+    for line in stuck:
+        echo(f"error: {line}; fix that and run '{command}'", err=True)
+    _exit_for(finished)  # exit 3 when a receipt holds something to act on
+    if stuck:
+        sys.exit(EXIT_ACTION_NEEDED)
 
 
 @main.command()
@@ -357,7 +384,7 @@ def dlq_retry(config_path: str | None) -> None:
     """Erase again every subject with an open dead letter (a new saga and receipt each)."""
     from tombstone.api import Tombstone
 
-    with Tombstone.open(config_path) as tomb:
+    with under_way(), Tombstone.open(config_path) as tomb:
         done = tomb.retry_dead_letters()
     if not done:
         echo("no dead letters to retry")

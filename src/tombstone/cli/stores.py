@@ -175,7 +175,9 @@ def reclaim_cmd(config_path: str | None, store: str, out: str | None, as_json: b
     scan after still finds deleted data."""
     from tombstone.api import Tombstone
 
-    with Tombstone.open(config_path) as tomb:
+    from tombstone.cli.erasure import under_way
+
+    with under_way(), Tombstone.open(config_path) as tomb:
         if store not in tomb.config.stores:
             known = ", ".join(sorted(tomb.config.stores)) or "none"
             raise ConfigError(f"no store {store!r} in {tomb.config.path} (stores: {known})")
@@ -206,15 +208,31 @@ def reclaim_cmd(config_path: str | None, store: str, out: str | None, as_json: b
 @click.option("--store", "stores", multiple=True, help="A configured store (repeat; default: every store).")
 def compact_cmd(config_path: str | None, stores: tuple[str, ...]) -> None:
     """Rewrite stores without the structural traces an in-place reclaim leaves (zeroed slots and their
-    graph links); holds each store's lock while it runs."""
+    graph links); holds each store's lock while it runs. The preflight opens every named store read-only
+    first (exit 2, nothing changed, if one fails); a store failing after others were compacted: exit 3."""
     from tombstone.api import Tombstone
+    from tombstone.preflight import cause
 
     with Tombstone.open(config_path) as tomb:
-        names = list(stores) or sorted(tomb.config.stores)
+        names = list(dict.fromkeys(stores)) or sorted(tomb.config.stores)
         for name in names:
-            adapter = tomb.adapter(name)
-            with adapter.store_lock():
-                evidence = adapter.compact()
+            if name not in tomb.config.stores:
+                known = ", ".join(sorted(tomb.config.stores)) or "none"
+                raise ConfigError(f"no store {name!r} in {tomb.config.path} (stores: {known})")
+        tomb.preflight(names)
+        done: list[str] = []
+        for name in names:
+            try:
+                adapter = tomb.adapter(name)
+                with adapter.store_lock():
+                    evidence = adapter.compact()
+            except Exception as exc:  # past the preflight, the store may be part-way: say how to finish
+                rest = " ".join(f"--store {n}" for n in names[len(done):])
+                before = f"compacted before it: {', '.join(done)}; " if done else ""
+                echo(f"error: {cause(exc)}; {before}the compaction of {name!r} is under way: fix that and run"
+                     f" 'tombstone compact --config {tomb.config.path} {rest}'", err=True)
+                sys.exit(EXIT_ACTION_NEEDED)
+            done.append(name)
             detail = ", ".join(f"{k} {v}" for k, v in evidence.items() if k not in ("mechanism", "why"))
             echo(f"{name} ({adapter.backend}): {evidence.get('why') or evidence['mechanism']}"
                        + (f" ({detail})" if detail else ""))
