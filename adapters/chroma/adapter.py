@@ -19,8 +19,8 @@ import numpy as np
 from tombstone.faults import kill_point
 from tombstone.fsutil import Snapshot
 from tombstone.capture.vector import normalised_fingerprint
-from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
+from tombstone.contract import Adapter, Capability, ProbeResult, writable_files
+from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.sqlite_pages import where_found, zero_all_free_space
 from tombstone.verify.levels import Level
@@ -86,6 +86,35 @@ class ChromaAdapter(ChromaHooks, Adapter):
                               Capability.SEMANTIC_PROBE})
     levels = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC)
     read_only_supported = True
+
+    @classmethod
+    def preflight(cls, store: str, options: Mapping[str, Any]) -> bool:
+        """The collection is read from ``chroma.sqlite3`` itself, opened immutable (no lock, no journal, no
+        byte written), instead of copying the whole persist directory for a read-only client; where a journal
+        or write-ahead log is beside it (a writer is at work, or crashed), the default check runs."""
+        if "path" not in options or "collection" not in options:
+            raise ConfigError(f'store {store!r}: the {cls.backend} backend needs path = "..." and collection = "..."')
+        path = Path(options["path"])
+        db = path / "chroma.sqlite3"
+        if any(os.path.lexists(path / f"chroma.sqlite3{suffix}") for suffix in ("-wal", "-journal")):
+            return super().preflight(store, options)
+        if not db.is_file():
+            raise StoreUnavailableError(f"no Chroma persist directory at {path}", store=store, retryable=False)
+        try:
+            check_regular([db])
+            conn = sqlite3.connect(db.absolute().as_uri() + "?mode=ro&immutable=1", uri=True)
+            try:
+                found = conn.execute("SELECT 1 FROM collections WHERE name = ?", (str(options["collection"]),)).fetchone()
+            finally:
+                conn.close()
+        except (TombstoneError, sqlite3.Error) as exc:
+            raise StoreUnavailableError(f"cannot open Chroma store {path}: {exc}", store=store, retryable=False) from exc
+        if not found:
+            raise StoreUnavailableError(f"no collection {str(options['collection'])!r} in {path}", store=store,
+                                        retryable=False)
+        files = [db] + [child / name for child in path.iterdir() if child.is_dir() and not child.is_symlink()
+                        for name in os.listdir(child)]
+        return writable_files(files)
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)

@@ -114,6 +114,22 @@ class Adapter(abc.ABC):
     rewrite, no resumption of a reclaim phase, no maintenance command — and ``suppress``, ``reclaim`` and
     ``native_delete`` refuse. The auditor opens a store only through an adapter that declares this."""
 
+    @classmethod
+    def preflight(cls, store: str, options: Mapping[str, Any]) -> bool:
+        """Check, before an erasure changes anything, that the store opens with these options, without
+        changing a byte of it; return whether this process may write every file the store keeps bytes in.
+        TombstoneError (one line) when it does not open. The default opens it read-only
+        (:meth:`open_read_only`) and closes it again; a backend whose read-only open is costly (a private
+        copy of the store) overrides this with a check that reads less."""
+        adapter = cls.open_read_only(store, options)
+        try:
+            try:
+                return writable_files(adapter.physical_files())
+            except PhysicalUnsupportedError:
+                return True
+        finally:
+            adapter.close()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name in MAPPED_OPERATIONS:
@@ -426,9 +442,19 @@ def loadable_adapters() -> dict[str, type[Adapter] | AdapterNotFoundError]:
     return out
 
 
+def writable_files(paths: Sequence[str | Path]) -> bool:
+    """Whether this process may write every one of ``paths`` that is a file, and their folders."""
+    import os
+
+    files = [Path(path) for path in paths]
+    folders = {path.parent for path in files}
+    return all(os.access(path, os.W_OK) for path in files if path.is_file() and not path.is_symlink()) \
+        and all(os.access(folder, os.W_OK | os.X_OK) for folder in folders if folder.is_dir())
+
+
 def open_adapter(store: str, backend: str, options: Mapping[str, Any]) -> Adapter:
     return adapter_class(backend)(store, options)
 
 
 __all__ = ["Adapter", "Capability", "DISTRIBUTION", "ENTRY_POINT_GROUP", "ExtraFinding", "NotRun", "ProbeResult", "READ_ONLY",
-           "adapter_class", "available_backends", "install_hint", "loadable_adapters", "open_adapter"]
+           "adapter_class", "available_backends", "install_hint", "loadable_adapters", "open_adapter", "writable_files"]

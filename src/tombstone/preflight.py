@@ -139,16 +139,13 @@ def check_stores(config: Any, stores: Iterable[str], allow_missing: Iterable[str
             if not cls.read_only_supported:
                 continue
             try:
-                adapter = cls.open_read_only(store, dict(cfg.options))
+                writable = cls.preflight(store, dict(cfg.options))
             except TombstoneError:
                 raise
             except Exception as exc:  # a vendor's error the adapter did not map
                 raise StoreUnavailableError(f"store {store!r} cannot be opened: {cause(exc)}", store=store) from exc
-            try:
-                if not _writable_files(adapter):
-                    unwritable.append(store)
-            finally:
-                adapter.close()
+            if not writable:
+                unwritable.append(store)
         except TombstoneError as exc:
             if store in allowed:
                 continue
@@ -170,20 +167,6 @@ def nothing_changed_error(exc: TombstoneError, store: str | None = None) -> Tomb
         return type(exc)(f"{exc}; {NOTHING_CHANGED}", store=store or exc.store)
     except TypeError:
         return exc
-
-
-def _writable_files(adapter: Any) -> bool:
-    """Whether this process may write every file the store persists bytes in, and their folders (False
-    where one is not; True where the backend lists no files)."""
-    from tombstone.errors import PhysicalUnsupportedError
-
-    try:
-        files = [Path(path) for path in adapter.physical_files()]
-    except PhysicalUnsupportedError:
-        return True
-    folders = {path.parent for path in files}
-    return all(os.access(path, os.W_OK) for path in files if path.is_file() and not path.is_symlink()) \
-        and all(os.access(folder, os.W_OK | os.X_OK) for folder in folders if folder.is_dir())
 
 
 def stores_of_plan(plan: dict[str, Any] | None) -> set[str]:
