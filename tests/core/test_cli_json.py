@@ -59,3 +59,21 @@ def test_check(tmp_path):
     obj = parsed(result, "check")
     assert result.exit_code == (0 if obj["passed"] else 1)
     assert obj["passed"] and obj["canaries"] and all(c["passed"] for c in obj["canaries"])
+
+
+def test_erase_status_resume_and_dlq(demo):
+    config = str(demo / "tombstone.toml")
+    erased = run("erase", "user-0002", "--config", config, "--json")
+    obj = parsed(erased, "erase")
+    assert erased.exit_code == (3 if obj["receipts"][0]["needs_action"] else 0)
+    brief = obj["receipts"][0]
+    assert brief["subject"] == "user-0002" and brief["summary"]["VERIFIED"] >= 1
+    assert (demo / "receipts" / "user-0002.json").samefile(brief["receipt"])
+    status = parsed(run("status", "--config", config, "--json"), "status")
+    assert {s["subject"]: s["state"] for s in status["sagas"]}["user-0002"] == "done"
+    one = parsed(run("status", "user-0003", "--config", config, "--json"), "status")
+    assert one["subject"] == "user-0003" and {a["state"] for a in one["artifacts"]} == {"live"}
+    resumed = parsed(run("resume", "--config", config, "--json"), "resume")
+    assert resumed["receipts"] == [] and resumed["stuck"] == []
+    letters = parsed(run("dlq", "list", "--config", config, "--json"), "dlq list")
+    assert letters["dead_letters"] == []

@@ -12,7 +12,7 @@ import click
 
 from tombstone.errors import ConfigError, SagaError, shown
 from tombstone.cli.base import CONFIG_OPTION, EXIT_ACTION_NEEDED, _count, _table, _wrap, echo, main
-from tombstone.cli.jsonout import JSON_OPTION, emit
+from tombstone.cli.jsonout import JSON_OPTION, emit, receipt_brief
 from tombstone.cli.output import _exit_for, _progress, format_receipt
 
 
@@ -91,8 +91,9 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
 @click.option("--queue", "queue", is_flag=True,
               help="Do not erase here: create the sagas and queue them for 'tombstone worker' processes"
                    " (needs lineage_dsn).")
+@JSON_OPTION
 def erase(subject: str | None, config_path: str | None, out: str | None, subjects_file: str | None,
-          allow_missing: tuple[str, ...], queue: bool) -> None:
+          allow_missing: tuple[str, ...], queue: bool, as_json: bool) -> None:
     """Erase SUBJECT everywhere the lineage db knows of, then write its signed receipt."""
     from tombstone.api import Tombstone
     from tombstone.inputs import check_out_path
@@ -113,6 +114,9 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
         with Tombstone.open(config_path) as tomb:
             tomb.preflight(tomb.stores_of(subjects))
             queued = enqueue(tomb, subjects)
+        if as_json:
+            emit("erase", {"receipts": [], "queued": [item.subject for item in queued if item.queued]})
+            return
         for item in queued:
             echo(f"{item.subject}: saga {item.saga_id} {'queued' if item.queued else 'already queued'}")
         echo(f"{_count(sum(q.queued for q in queued), 'saga')} queued for 'tombstone worker'")
@@ -120,6 +124,8 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
     if subjects_file:
         with under_way(), Tombstone.open(config_path) as tomb:
             done = tomb.erase_many(subjects, allow_missing_stores=allow_missing, progress=_progress())
+        if as_json:
+            _emit_receipts("erase", done)
         for receipt, path in done:
             totals = ", ".join(f"{k} {v}" for k, v in receipt["summary"].items() if v)
             echo(f"{receipt['subject']}: {totals or 'no artifacts'} -> {path}")
@@ -128,9 +134,18 @@ def erase(subject: str | None, config_path: str | None, out: str | None, subject
         return
     with under_way(), Tombstone.open(config_path) as tomb:
         receipt, path = tomb.erase(subject, out=out, progress=_progress(), allow_missing_stores=allow_missing)
+    if as_json:
+        _emit_receipts("erase", [(receipt, path)])
     echo(format_receipt(receipt))
     echo(f"receipt: {path}")
     _exit_for([(receipt, path)])
+
+
+def _emit_receipts(command: str, done: list, **more) -> None:
+    """The ``--json`` object of a command that wrote receipts; exit 3 when one holds something to act on."""
+    briefs = [receipt_brief(receipt, path) for receipt, path in done]
+    emit(command, {"receipts": briefs, **more})
+    sys.exit(EXIT_ACTION_NEEDED if any(b["needs_action"] for b in briefs) or more.get("stuck") else 0)
 
 
 SUBJECTS_FILE_HINT = "save it as UTF-8, one subject per line"
@@ -214,7 +229,8 @@ def worker(config_path: str | None, name: str | None, lease: float, poll: float,
 
 @main.command()
 @CONFIG_OPTION
-def resume(config_path: str | None) -> None:
+@JSON_OPTION
+def resume(config_path: str | None, as_json: bool) -> None:
     """Finish every erasure that was interrupted, from its journal. The preflight comes first (nothing
     changes if the signing key, the receipts directory or the lineage db fails it); a saga that cannot
     proceed is named in one line and left running, and the others are finished (exit 3)."""
@@ -225,6 +241,10 @@ def resume(config_path: str | None) -> None:
         finished = tomb.resume()
         skipped, stuck = tomb.skipped, tomb.stuck
         command = resume_command(tomb.config.path)
+    if as_json:
+        for line in stuck:
+            echo(f"error: {line}; fix that and run '{command}'", err=True)
+        _emit_receipts("resume", finished, skipped=skipped, stuck=stuck)
     for line in skipped:
         echo(f"skipped: {line}")
     if not finished and not skipped and not stuck:
@@ -242,7 +262,8 @@ def resume(config_path: str | None) -> None:
 @main.command()
 @click.argument("subject", required=False)
 @CONFIG_OPTION
-def status(subject: str | None, config_path: str | None) -> None:
+@JSON_OPTION
+def status(subject: str | None, config_path: str | None, as_json: bool) -> None:
     """Show erasures (sagas) and their state, or one SUBJECT's artifacts."""
     from tombstone.api import Tombstone
     from tombstone.errors import UnknownSubjectError
@@ -253,10 +274,21 @@ def status(subject: str | None, config_path: str | None) -> None:
             if not arts:
                 raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it")
             rows = [(a.store, a.backend, a.kind, a.artifact_id, a.state) for a in arts]
+            if as_json:
+                emit("status", {"subject": subject, "sagas": [], "artifacts": [
+                    {"store": a.store, "backend": a.backend, "kind": a.kind, "artifact_id": a.artifact_id,
+                     "state": a.state} for a in arts]})
+                return
             echo(_table(("store", "backend", "kind", "artifact", "state"), rows))
             return
         sagas = tomb.lineage.sagas()
         counts = tomb.lineage.count_artifacts()
+        if as_json:
+            queued = _queued_sagas(tomb.config.lineage_dsn) if tomb.config.lineage_dsn else {}
+            emit("status", {"subject": None, "artifact_counts": dict(counts), "sagas": [
+                {"saga_id": s["saga_id"], "subject": s["subject"], "state": _saga_state(tomb.lineage, s, queued),
+                 "started_at": s["started_at"], "finished_at": s["finished_at"]} for s in sagas]})
+            return
         echo("artifacts: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
         if tomb.config.lineage_dsn:
             from tombstone.workers import queue_counts
@@ -364,12 +396,16 @@ def dlq() -> None:
 @dlq.command("list")
 @CONFIG_OPTION
 @click.option("--all", "show_all", is_flag=True, help="Include dead letters already retried.")
-def dlq_list(config_path: str | None, show_all: bool) -> None:
+@JSON_OPTION
+def dlq_list(config_path: str | None, show_all: bool, as_json: bool) -> None:
     """List dead letters: which subject, store and step failed, with the last error."""
     from tombstone.api import Tombstone
 
     with Tombstone.open(config_path) as tomb:
         letters = tomb.lineage.dead_letters(None if show_all else "open")
+    if as_json:
+        emit("dlq list", {"dead_letters": [dict(letter) for letter in letters]})
+        return
     if not letters:
         echo("no dead letters")
         return
