@@ -85,20 +85,10 @@ class DecodeLimits:
     def from_options(cls, options: Any, store: str = "dataset") -> "DecodeLimits":
         """The bounds a store's options set (``max_decoded_bytes``, ``max_rows``); anything but a whole
         number of at least 1 is a one-line configuration error."""
-        from tombstone.errors import ConfigError
+        from tombstone.config import positive_int
 
-        values = {}
-        for key, default in (("max_decoded_bytes", MAX_DECODED_BYTES), ("max_rows", MAX_ROWS)):
-            raw = options.get(key, default)
-            try:
-                value = int(raw)
-            except (TypeError, ValueError):
-                value = 0
-            if isinstance(raw, bool) or value < 1:
-                raise ConfigError(f"store {store!r}: {key} must be a whole number of at least 1, not {raw!r}",
-                                  store=store)
-            values[key] = value
-        return cls(**values)
+        return cls(max_decoded_bytes=positive_int(options, "max_decoded_bytes", MAX_DECODED_BYTES, store),
+                   max_rows=positive_int(options, "max_rows", MAX_ROWS, store))
 
     def too_large(self, where: str, what: str, amount: int | str) -> DatasetBoundError:
         return DatasetBoundError(f"{where} {what} {amount} bytes, past the bound (max_decoded_bytes"

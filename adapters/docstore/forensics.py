@@ -74,19 +74,10 @@ class CarveBudget:
 
 def carve_budget(store: str, options: Mapping[str, Any]) -> CarveBudget:
     """The carver's bounds from a store's options (``max_carve_steps``, ``max_carve_steps_total``)."""
-    from tombstone.errors import ConfigError
+    from tombstone.config import positive_int
 
-    values = []
-    for key, default in (("max_carve_steps", MAX_CARVE_STEPS), ("max_carve_steps_total", MAX_CARVE_STEPS_TOTAL)):
-        raw = options.get(key, default)
-        try:
-            value = int(raw)
-        except (TypeError, ValueError):
-            value = 0
-        if isinstance(raw, bool) or value < 1:
-            raise ConfigError(f"store {store!r}: {key} must be a whole number of at least 1, not {raw!r}", store=store)
-        values.append(value)
-    return CarveBudget(*values)
+    return CarveBudget(positive_int(options, "max_carve_steps", MAX_CARVE_STEPS, store),
+                       positive_int(options, "max_carve_steps_total", MAX_CARVE_STEPS_TOTAL, store))
 
 
 def _no_spend() -> None:

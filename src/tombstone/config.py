@@ -104,6 +104,19 @@ class Config:
         return self.path.parent
 
 
+def positive_int(options: Any, key: str, default: int, store: str) -> int:
+    """A store option that bounds work (``max_rows``, ``max_carve_steps``): a whole number of at least 1, or
+    ``default`` when absent; anything else is one ConfigError line."""
+    raw = options.get(key, default)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = 0
+    if isinstance(raw, bool) or value < 1:
+        raise ConfigError(f"store {store!r}: {key} must be a whole number of at least 1, not {raw!r}", store=store)
+    return value
+
+
 def _resolve(root: Path, value: Any, what: str) -> Path:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{what} must be a non-empty path string")

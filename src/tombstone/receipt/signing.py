@@ -159,8 +159,9 @@ def parse_strict(text: str, what: str) -> Any:
         raise ReceiptFormatError(f"{what} is nested too deeply to be a receipt") from exc
 
 
-def load_receipt(path: str | Path) -> dict[str, Any]:
-    """Read a receipt file; a missing, unreadable, oversized or non-strict-JSON file is one ReceiptFormatError."""
+def read_receipt(path: str | Path) -> tuple[bytes, dict[str, Any]]:
+    """A receipt file's bytes and its strict JSON object, read once; a missing, unreadable, oversized or
+    non-strict-JSON file is one ReceiptFormatError."""
     try:
         raw = read_regular_file(path, MAX_RECEIPT_BYTES + 1)
     except FileNotFoundError as exc:
@@ -178,7 +179,12 @@ def load_receipt(path: str | Path) -> dict[str, Any]:
     data = parse_strict(text, f"receipt {path}")
     if not isinstance(data, dict):
         raise ReceiptFormatError(f"receipt {path} is not a JSON object")
-    return data
+    return raw, data
+
+
+def load_receipt(path: str | Path) -> dict[str, Any]:
+    """Read a receipt file; a missing, unreadable, oversized or non-strict-JSON file is one ReceiptFormatError."""
+    return read_receipt(path)[1]
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,11 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from tombstone.config import Config
-from tombstone.errors import ConfigError, ReceiptError, ReceiptFormatError
-from tombstone.fsutil import NotARegularFile, read_regular_file
+from tombstone.errors import ConfigError, ReceiptError
 from tombstone.keys import key_id
 from tombstone.receipt.canonical import body_hash
 from tombstone.receipt.model import Receipt
-from tombstone.receipt.signing import MAX_RECEIPT_BYTES, parse_strict, verify
+from tombstone.receipt.signing import parse_strict, read_receipt, verify
 from tombstone.report.explain import Explanation, explain
 from tombstone.verify.levels import Level, StatusKind
 from tombstone.version import __version__
@@ -275,24 +274,7 @@ def read_files(paths: Sequence[str | Path]) -> list[Source]:
 
 def _load(path: Path) -> tuple[bytes, Any]:
     """A receipt file's bytes and its strict JSON, read once; one ReceiptFormatError line when it cannot be."""
-    try:
-        raw = read_regular_file(path, MAX_RECEIPT_BYTES + 1)
-    except FileNotFoundError as exc:
-        raise ReceiptFormatError(f"receipt file not found: {path}") from exc
-    except NotARegularFile as exc:
-        raise ReceiptFormatError(f"receipt {path} is not a regular file ({exc})") from exc
-    except OSError as exc:
-        raise ReceiptFormatError(f"cannot read receipt {path}: {exc.strerror or exc}") from exc
-    if len(raw) > MAX_RECEIPT_BYTES:
-        raise ReceiptFormatError(f"receipt {path} is larger than {MAX_RECEIPT_BYTES // (1024 * 1024)} MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ReceiptFormatError(f"receipt {path} is not UTF-8 text (byte {exc.start})") from exc
-    data = parse_strict(text, f"receipt {path}")
-    if not isinstance(data, dict):
-        raise ReceiptFormatError(f"receipt {path} is not a JSON object")
-    return raw, data
+    return read_receipt(path)
 
 
 def read_deployment(config: Config) -> tuple[list[Source], tuple[int, str] | None]:
