@@ -21,6 +21,7 @@ exception the command that finishes it, and the CLI prints one line with it and 
 from __future__ import annotations
 
 import os
+import time
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -139,7 +140,7 @@ def check_stores(config: Any, stores: Iterable[str], allow_missing: Iterable[str
             if not cls.read_only_supported:
                 continue
             try:
-                writable = cls.preflight(store, dict(cfg.options))
+                writable = _preflight_store(cls, store, dict(cfg.options))
             except TombstoneError:
                 raise
             except Exception as exc:  # a vendor's error the adapter did not map
@@ -156,6 +157,19 @@ def check_stores(config: Any, stores: Iterable[str], allow_missing: Iterable[str
                 raise
             raise said from exc
     return unwritable
+
+
+def _preflight_store(cls: Any, store: str, options: dict[str, Any], attempts: int = 3) -> bool:
+    """``cls.preflight``, tried again when the store could not be read: an application writing to it at the
+    same moment may have replaced the file the check was reading (a new index generation)."""
+    for attempt in range(attempts):
+        try:
+            return cls.preflight(store, options)
+        except StoreUnavailableError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def nothing_changed_error(exc: TombstoneError, store: str | None = None) -> TombstoneError:

@@ -195,6 +195,10 @@ def test_a_model_backend_takes_over_a_training_runs_third_party_copies(tomb) -> 
     docs_ids = [f"doc-alice-{i}" for i in range(3)]
     tomb.lineage.record_artifacts("alice", [ArtifactRecord(store="docs", artifact_id=d, backend="docstore",
                                                           kind="document") for d in docs_ids])
+    from tombstone.config import StoreConfig
+
+    # the training data's store is part of the deployment (a write to a store it does not list is refused)
+    tomb.config.stores["train"] = StoreConfig("train", "dataset", {"path": str(tomb.config.root / "stores/train")})
     train = DatasetStore(tomb.config.root / "stores/train", lineage=tomb.lineage, store="train")
     train.add([f"ex-alice-{i}" for i in range(3)], [f"text {i}" for i in range(3)], subject="alice",
               sources=[("docs", d) for d in docs_ids])
