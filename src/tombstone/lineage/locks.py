@@ -162,14 +162,7 @@ class AdvisoryLock:
         return self._held
 
     def owner(self) -> str:
-        row = self._conn.execute(
-            "SELECT a.application_name, l.pid FROM pg_locks l LEFT JOIN pg_stat_activity a USING (pid)"
-            " WHERE l.locktype = 'advisory' AND l.classid = ? AND l.objid = ? AND l.granted LIMIT 1",
-            (self.NAMESPACE, self._key & 0xFFFFFFFF),
-        ).fetchone()
-        if row is None:
-            return "unknown"
-        return f"{row[0] or 'a worker'} (server pid {row[1]})"
+        return self.holder().text or "unknown"
 
     def holder(self) -> Holder:
         """Who holds the lock: the server knows, and drops it when its holder's connection ends."""
