@@ -19,6 +19,7 @@ from tombstone.lineage.records import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.physical import default_patterns
 
+from .hooks import LoraHooks
 from .store import BACKEND, LoraStore, LoraTarget, retired_tag, split_artifact
 
 for _module in ("torch", "transformers", "peft"):  # the model extra; imported only when a model is loaded
@@ -28,7 +29,7 @@ for _module in ("torch", "transformers", "peft"):  # the model extra; imported o
 _CHUNK = 1 << 20
 
 
-class LoraAdapter(Adapter):
+class LoraAdapter(LoraHooks, Adapter):
     """Options: ``path`` (the model store directory, required), ``lock_wait`` (seconds, optional),
     ``max_metadata_bytes`` (the largest registry read, 64 MiB by default) and ``max_weights_bytes`` (the largest
     weights file read, 4 GiB by default)."""

@@ -75,7 +75,7 @@ def checkable_backends() -> list[str]:
     """Every installed backend ``tombstone check`` can exercise: those whose adapter builds demo data."""
     from tombstone.demo import demo_backends
 
-    return sorted(demo_backends())
+    return sorted(name for name, cls in demo_backends().items() if not cls.demo_needs)
 
 
 def expectation(cls: type) -> tuple[str, Callable[[ArtifactEntry], bool]]:
@@ -103,6 +103,10 @@ def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3
     if cls.demo_role is None:
         raise ConfigError(f"tombstone check needs a backend whose adapter can write canaries;"
                           f" {backend!r} cannot. Checkable: {', '.join(checkable_backends())}")
+    if cls.demo_needs:
+        raise ConfigError(f"tombstone check cannot write canaries into {backend!r}: they are built from"
+                          f" {', '.join(cls.demo_needs)} it does not make; 'tombstone demo --backends {backend}'"
+                          f" builds and erases them. Checkable: {', '.join(checkable_backends())}")
     result = CheckResult(backend)
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tombstone-check-"))
     kit = DemoKit(root=root / "deployment")

@@ -102,8 +102,11 @@ class Adapter(abc.ABC):
     """Levels this backend can be verified at, lowest first."""
     demo_role: ClassVar[str | None] = None
     """What ``tombstone demo`` builds in a store of this backend: ``documents``, ``chunks`` (cut from the
-    documents), ``examples`` (training examples exported from the chunks) or ``answers`` (LLM answers built
-    from the chunks); None: the backend has no demo."""
+    documents), ``examples`` (training examples exported from the chunks), ``model`` (weights trained on the
+    examples) or ``answers`` (LLM answers built from the chunks); None: the backend has no demo."""
+    demo_needs: ClassVar[tuple[str, ...]] = ()
+    """Roles this backend's demo data is built from and cannot do without (``model``: ``examples``). When
+    none of the backends asked for builds one, ``tombstone demo`` adds a backend that does, and says so."""
     demo_default: ClassVar[bool] = False
     """Whether a plain ``tombstone demo`` builds this backend."""
     for_tests: ClassVar[bool] = False

