@@ -302,10 +302,11 @@ def _via(via: str) -> Any:
 
 
 def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force: bool = False,
-               via: str = "wrappers") -> list[str]:
+               via: str = "wrappers", progress: Callable[[str, str, int, int], None] | None = None) -> list[str]:
     """Lay out ``workdir`` (config, keys, lineage db, stores) and fill the stores. Returns subject refs.
     A backend that the asked ones are built from is added (:func:`with_needed`). ``via="langchain"`` writes
-    the chunks and cached answers through LangChain (``VIAS``)."""
+    the chunks and cached answers through LangChain (``VIAS``). ``progress("fill", store, n, stores)`` is
+    called as each store's filling starts (a model store trains for a minute or so)."""
     workdir = Path(workdir)
     writer = _via(via)
     chosen = _check_backends(with_needed(backends)[0])
@@ -320,7 +321,10 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
         kit.tomb = tomb
-        for name in fill_order(tomb, list(chosen)):
+        order = fill_order(tomb, list(chosen))
+        for n, name in enumerate(order, 1):
+            if progress is not None:
+                progress("fill", name, n, len(order))
             fill(tomb, name, refs, kit=kit, writer=writer)
     assert (workdir / CONFIG_NAME).exists()
     return refs

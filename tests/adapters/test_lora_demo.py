@@ -29,7 +29,7 @@ def test_the_lora_demo_trains_a_model_erases_a_subject_and_prints_the_model_leve
     root = tmp_path / "demo"
     result = run("demo", "--workdir", str(root), "--backends", "lora")
     assert result.exit_code == 0, result.output
-    out = result.output.splitlines()
+    out = result.stdout.splitlines()
     assert out[0] == "lora is built from examples: added dataset to make them"
     assert out[1].startswith("built 8 subjects in ") and out[1].endswith(" (lora, dataset)")
     receipt = json.loads((root / "receipts" / "user-0001.json").read_text())
@@ -53,7 +53,7 @@ def test_the_lora_demo_trains_a_model_erases_a_subject_and_prints_the_model_leve
         assert detail["weights_before"] != detail["weights_now"]
     # the account number is the canary's secret: the registry keeps its keyed hash, never the number
     assert demo_account("user-0001") not in (root / "stores" / "lora" / "registry.json").read_text()
-    levels = result.output.split("\nlevels:\n", 1)[1].splitlines()
+    levels = result.stdout.split("\nlevels:\n", 1)[1].splitlines()
     model_line = next(line.strip() for line in levels if line.strip().startswith("model:"))
     assert model_line == (f"model:    {DOCS_PER_SUBJECT} passed on lora; {DOCS_PER_SUBJECT} not run on dataset"
                           f" (holds no model weights)")

@@ -57,7 +57,7 @@ def test_demo_layout_and_receipt(demo_dir):
 
 
 def test_demo_is_deterministic(tmp_path):
-    from tombstone.demo import demo_documents
+    from tombstone.demo import DEFAULT_SUBJECTS, DOCS_PER_SUBJECT, demo_documents
 
     assert demo_documents("user-0002") == demo_documents("user-0002")
     for name in ("a", "b"):
@@ -69,7 +69,7 @@ def test_demo_is_deterministic(tmp_path):
         conn = sqlite3.connect(tmp_path / name / "stores" / "docstore" / "docstore.db")
         rows.append(conn.execute("SELECT id, text, metadata FROM documents ORDER BY id").fetchall())
         conn.close()
-    assert rows[0] == rows[1] and len(rows[0]) == 15
+    assert rows[0] == rows[1] and len(rows[0]) == DEFAULT_SUBJECTS * DOCS_PER_SUBJECT == 24
 
 
 def test_demo_refuses_to_clobber(demo_dir, tmp_path):

@@ -35,7 +35,7 @@ def default_demo(tmp_path_factory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("default") / "demo"
     result = run("demo", "--workdir", str(root))
     assert result.exit_code == 0, result.output
-    return root, result.output
+    return root, result.stdout
 
 
 def test_the_default_demo_decides_the_semantic_level_on_its_chroma_store(default_demo) -> None:
@@ -91,7 +91,7 @@ def test_without_minilm_the_demo_runs_and_says_why_the_semantic_level_is_off(tmp
     assert '"semantic"' not in (root / "tombstone.toml").read_text()
     receipt = json.loads((root / "receipts" / "user-0001.json").read_text())
     assert receipt["summary"]["VERIFIED"] == 2 * DOCS_PER_SUBJECT
-    lines = printed_levels(result.output)
+    lines = printed_levels(result.stdout)
     assert lines[1] == f"physical: {2 * DOCS_PER_SUBJECT} passed"
     assert lines[2] == (f"semantic: {2 * DOCS_PER_SUBJECT} not run on every store (the semantic level is not"
                         f" enabled in this deployment's configuration)")

@@ -59,7 +59,7 @@ def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str |
         names, notes = kit.with_needed(names)
         for note in notes:
             echo(note)
-        refs = kit.build_demo(workdir, names, subjects, force=force, via=via)
+        refs = kit.build_demo(workdir, names, subjects, force=force, via=via, progress=_progress())
         root = Path(workdir)
         echo(f"built {len(refs)} subjects in {root} ({', '.join(names)})"
                    + (f" through {via}" if via != "wrappers" else ""))

@@ -35,14 +35,14 @@ def store_lines(receipt: "dict[str, Any] | Receipt") -> list[str]:
 
 
 def _short(text: str | None, store: str = "", backend: str = "") -> str:
-    """A probe's reason or finding in a few words: one line, its first clause, without a leading store or
-    backend name (the summary lists the stores itself)."""
+    """A probe's reason or finding in a few words: one line, its first clause without a parenthesis, and
+    without a leading store or backend name (the summary lists the stores itself)."""
     text = " ".join(str(text or "").split())
     for name in (store, backend):
         if name and text.startswith(name + " "):
             text = text[len(name) + 1:]
             break
-    text = text.split("; ", 1)[0]
+    text = text.split("; ", 1)[0].split(" (", 1)[0]
     return text if len(text) <= 90 else text[:87].rstrip() + "..."
 
 
