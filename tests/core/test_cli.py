@@ -150,7 +150,10 @@ def test_unreadable_store_loses_nothing(tmp_path):
     err = one_line_error(run("erase", "user-0001", "--config", str(root / "tombstone.toml")), 2)
     assert "docstore file not found" in err
     status = run("status", "--config", str(root / "tombstone.toml"))
-    assert "no erasure has been run" in status.output and "live 40" in status.output
+    from tombstone.demo import DEFAULT_SUBJECTS, DOCS_PER_SUBJECT
+
+    per_subject = 2 * DOCS_PER_SUBJECT + 2  # documents, chunks, an exact and a semantic cache entry
+    assert "no erasure has been run" in status.output and f"live {DEFAULT_SUBJECTS * per_subject}" in status.output
     moved.rename(store)
     assert run("erase", "user-0001", "--config", str(root / "tombstone.toml")).exit_code == 0
 
