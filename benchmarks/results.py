@@ -18,6 +18,7 @@ import dataset_shards
 import docstore_erase
 import docstore_residue
 import forensic_scan
+import lora_copies
 import model_unlearning
 import pgvector_residue
 import read_path
@@ -33,7 +34,8 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, crash_trials, batches, workers,
-    caches, dataset_shards, read_path, scale, forensic_scan, semantic, model_unlearning, startup,
+    caches, dataset_shards, read_path, scale, forensic_scan, semantic, model_unlearning, lora_copies,
+    startup,
 )}
 
 
