@@ -39,12 +39,13 @@ def _probe(adapter, arts, name: str) -> tuple[str, str]:
 
 
 def run(tmp: Path) -> dict:
-    from tombstone import Tombstone
-    from tombstone.config import load_config
     from tombstone_adapters.lora import copies as C
     from tombstone_adapters.lora import synthetic as S
     from tombstone_adapters.lora.adapter import LoraAdapter
     from tombstone_adapters.lora.tensors import tensors_of
+
+    from tombstone import Tombstone
+    from tombstone.config import load_config
 
     root = tmp / "deploy"
     config = _config()
