@@ -115,10 +115,11 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_file(path: Path, limit: int = MAX_DECODED_BYTES) -> bytes:
+def read_file(path: Path, limit: int = MAX_DECODED_BYTES, *, head: int | None = None) -> bytes:
     """The bytes of a regular file, opened without following a link or blocking (a FIFO or a link planted
     at a shard path is refused, never waited on or followed), and no larger than ``limit`` bytes
-    (DatasetBoundError). FileNotFoundError when nothing is there."""
+    (DatasetBoundError); with ``head``, its first ``head`` bytes only, whatever its size. FileNotFoundError
+    when nothing is there."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -137,6 +138,8 @@ def read_file(path: Path, limit: int = MAX_DECODED_BYTES) -> bytes:
         now = os.fstat(fh.fileno())
         if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             raise DatasetFileError(f"dataset file {path} is not a regular file")
+        if head is not None:
+            return fh.read(head)
         if now.st_size > limit:
             raise DatasetBoundError(f"dataset file {path} has {now.st_size} bytes, past the bound"
                                     f" (max_decoded_bytes {limit}): not read")
