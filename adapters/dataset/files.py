@@ -82,7 +82,7 @@ class DecodeLimits:
     max_rows: int = MAX_ROWS
 
     @classmethod
-    def from_options(cls, options: Any, store: str = "dataset") -> "DecodeLimits":
+    def from_options(cls, options: Any, store: str = "dataset") -> DecodeLimits:
         """The bounds a store's options set (``max_decoded_bytes``, ``max_rows``); anything but a whole
         number of at least 1 is a one-line configuration error."""
         from tombstone.config import positive_int
@@ -265,7 +265,7 @@ class Manifest:
         return (json.dumps(body, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> "Manifest":
+    def from_bytes(cls, data: bytes, where: str) -> Manifest:
         try:
             body = json.loads(data)
             if not isinstance(body, dict) or body.get("format") != FORMAT:
@@ -355,7 +355,7 @@ def iter_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
-from .shards import (  # noqa: E402 - the shard codecs, kept in their own module and named here as before
+from .shards import (
     Row,
     decode_columns,
     decode_rows,

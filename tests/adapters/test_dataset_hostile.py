@@ -16,11 +16,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-
-from tombstone import Tombstone, init_deployment
-from tombstone.cli import main
-from tombstone.contract import open_adapter
-from tombstone.errors import ConfigError, PhysicalUnsupportedError
 from tombstone_adapters.dataset import DatasetLoader, DatasetStore
 from tombstone_adapters.dataset.files import (
     MAX_DECODED_BYTES,
@@ -33,6 +28,11 @@ from tombstone_adapters.dataset.files import (
     sha256,
 )
 from tombstone_adapters.docstore import DocStore
+
+from tombstone import Tombstone, init_deployment
+from tombstone.cli import main
+from tombstone.contract import open_adapter
+from tombstone.errors import ConfigError, PhysicalUnsupportedError
 
 SMALL = 1 << 20
 """The decode bound these tests configure (1 MiB), so a bomb a little past it is cheap to make."""
