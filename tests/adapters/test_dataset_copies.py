@@ -130,11 +130,15 @@ def csv_bytes(rows: Rows, columns=("id", "text")) -> bytes:
     return out.getvalue().encode()
 
 
-def zstd(data: bytes) -> bytes:
+def arrow_codec(data: bytes, codec: str) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.CompressedOutputStream(sink, "zstd") as out:
+    with pa.CompressedOutputStream(sink, codec) as out:
         out.write(data)
     return sink.getvalue().to_pybytes()
+
+
+def zstd(data: bytes) -> bytes:
+    return arrow_codec(data, "zstd")
 
 
 def gz(data: bytes) -> bytes:
@@ -194,6 +198,7 @@ FOUND: dict[str, tuple[str, Copy]] = {
     "bz2 JSON object holding the rows": ("backup/rows.json.bz2",
                                          lambda rows: bz2.compress(json.dumps({"rows": rows}).encode())),
     "zstd JSONL": ("backup/rows.jsonl.zst", lambda rows: zstd(jsonl(rows))),
+    "LZ4 frame CSV": ("backup/rows.csv.lz4", lambda rows: arrow_codec(csv_bytes(rows), "lz4")),
     "gzip inside xz (nested)": ("backup/twice", lambda rows: lzma.compress(gz(jsonl(rows)))),
     "zip member": ("backup/export.zip", lambda rows: zip_of({"README": b"export", "rows.jsonl": jsonl(rows)})),
     "tar.gz member CSV": ("backup/export.tar.gz", lambda rows: tar_gz_of({"data/rows.csv": csv_bytes(rows)})),
