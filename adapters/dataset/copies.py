@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,9 +167,9 @@ def _search(piece: Piece, rel: str, matcher: _Matcher, by_content: Mapping[str, 
     _add(copies.id_hits, matcher.count(b"\x00".join(values)), rel)
     if keyed is not None and by_content:
         hits: dict[str, int] = {}
-        for value in values:
+        for value, n in Counter(values).items():  # each distinct value hashed once (JSON keys repeat in every row)
             for owner in by_content.get(keyed(hashlib.sha256(value).hexdigest()), ()):
-                hits[owner] = hits.get(owner, 0) + 1
+                hits[owner] = hits.get(owner, 0) + n
         _add(copies.content_hits, hits, rel)
 
 
