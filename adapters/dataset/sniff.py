@@ -22,9 +22,11 @@ here come back whole (:attr:`Piece.raw`), for a byte scan: only a plain file's b
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import re
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -153,9 +155,9 @@ def _decode(data: bytes | bytearray, where: str, limits: DecodeLimits, budget: _
         for batch in arrow_batches(bytes(data), where, limits, stream=kind == "arrow-stream"):
             yield Piece(_joined(chain, kind), batch.num_rows, _arrow_cells(batch))
     elif kind == "json":
-        yield _json(data, where, limits, chain)
+        yield from _json(data, where, limits, chain)
     elif kind == "csv":
-        yield _csv(data, where, limits, chain)
+        yield from _csv(data, where, limits, chain)
     elif chain:
         yield Piece(_joined(chain, "bytes"), raw=data)
 
@@ -242,42 +244,56 @@ def _strings(value: Any, out: list[Any]) -> None:
             stack.extend(item)
 
 
-def _json(data: bytes | bytearray, where: str, limits: DecodeLimits, chain: tuple[str, ...]) -> Piece:
+_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')
+"""A JSON string literal (quotes, escapes), on one line."""
+
+
+def _json(data: bytes | bytearray, where: str, limits: DecodeLimits, chain: tuple[str, ...]) -> Iterator[Piece]:
     """A JSON document or JSON lines: every string in it; its rows (a list's items, the items of lists an
-    object holds, or the object; one per line)."""
+    object holds, or the object; one per line). Text that starts like JSON but is not (a torn copy, a log
+    whose lines start with ``[``) is searched by its string literals, each decoded, and by its bytes."""
     text = bytes(data).removeprefix(_BOM)
     cells: list[Any] = []
     try:
         doc = json.loads(text)
-    except RecursionError as exc:
-        raise DatasetFileError(f"{where} is JSON nested too deep to decode") from exc
-    except ValueError:
-        rows = 0
-        for n, line in enumerate(text.split(b"\n"), 1):
-            if not line.strip():
-                continue
-            rows += 1
-            if rows > limits.max_rows:
-                raise limits.too_many_rows(where, f"more than {limits.max_rows}") from None
-            try:
-                _strings(json.loads(line), cells)
-            except (ValueError, RecursionError) as exc:
-                raise DatasetFileError(f"{where} looks like JSON but line {n} is not JSON ({exc})") from None
-        return Piece(_joined(chain, "jsonl"), rows, cells)
-    if isinstance(doc, list):
-        rows = len(doc)
-    elif isinstance(doc, dict):
-        rows = sum(len(v) for v in doc.values() if isinstance(v, list) and v and isinstance(v[0], dict)) or 1
+    except (ValueError, RecursionError):
+        pass
     else:
-        rows = 1
-    if rows > limits.max_rows:
-        raise limits.too_many_rows(where, rows)
-    _strings(doc, cells)
-    return Piece(_joined(chain, "json"), rows, cells)
+        if isinstance(doc, list):
+            rows = len(doc)
+        elif isinstance(doc, dict):
+            rows = sum(len(v) for v in doc.values() if isinstance(v, list) and v and isinstance(v[0], dict)) or 1
+        else:
+            rows = 1
+        if rows > limits.max_rows:
+            raise limits.too_many_rows(where, rows)
+        _strings(doc, cells)
+        yield Piece(_joined(chain, "json"), rows, cells)
+        return
+    lines = [line for line in text.split(b"\n") if line.strip()]
+    if len(lines) > limits.max_rows:
+        raise limits.too_many_rows(where, len(lines))
+    try:
+        for line in lines:
+            _strings(json.loads(line), cells)
+    except (ValueError, RecursionError):
+        pass
+    else:
+        yield Piece(_joined(chain, "jsonl"), len(lines), cells)
+        return
+    cells = []
+    for literal in _STRING.finditer(text):
+        with contextlib.suppress(ValueError):
+            cells.append(json.loads(literal.group()))
+    yield Piece(_joined(chain, "text, not JSON: its JSON strings"), len(lines), cells)
+    if chain:
+        yield Piece(_joined(chain, "bytes"), raw=data)
 
 
-def _csv(data: bytes | bytearray, where: str, limits: DecodeLimits, chain: tuple[str, ...]) -> Piece:
-    """A CSV file read by pyarrow, every column as binary (no type guessed, no encoding refused)."""
+def _csv(data: bytes | bytearray, where: str, limits: DecodeLimits, chain: tuple[str, ...]) -> Iterator[Piece]:
+    """A CSV file read by pyarrow, every column as binary (no type guessed, no encoding refused); a row with
+    the wrong number of fields is kept whole as one value. Text with a CSV header that pyarrow cannot read
+    at all is searched by its bytes."""
     pa = _pyarrow()
     import pyarrow.csv
 
@@ -287,21 +303,31 @@ def _csv(data: bytes | bytearray, where: str, limits: DecodeLimits, chain: tuple
         raise DatasetFileError(f"{where} has no CSV header")
     first = text[:text.find(b"\n")].rstrip(b"\r").decode("utf-8")
     header = next(csv.reader([first], delimiter=delimiter))
+    ragged: list[Any] = []
+
+    def keep(row: Any) -> str:
+        ragged.append(row.text)
+        return "skip"
+
     try:
         table = pyarrow.csv.read_csv(
             pa.BufferReader(text),
             read_options=pyarrow.csv.ReadOptions(use_threads=False),
-            parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+            parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True,
+                                                   invalid_row_handler=keep),
             convert_options=pyarrow.csv.ConvertOptions(column_types={n: pa.binary() for n in header},
                                                        strings_can_be_null=False, quoted_strings_can_be_null=False))
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DatasetFileError(f"{where} looks like CSV but is not readable ({exc})") from exc
-    if table.num_rows > limits.max_rows:
-        raise limits.too_many_rows(where, table.num_rows)
-    cells: list[Any] = [name.encode("utf-8") for name in table.column_names]
+    except (pa.ArrowException, OSError, ValueError):
+        # its bytes: on disk as they are (the byte scan of every file reads them) or decompressed here
+        yield Piece(_joined(chain, "text, not CSV"), text.count(b"\n"), raw=data if chain else None)
+        return
+    rows = table.num_rows + len(ragged)
+    if rows > limits.max_rows:
+        raise limits.too_many_rows(where, rows)
+    cells: list[Any] = [name.encode("utf-8") for name in table.column_names] + ragged
     for column in table.columns:
         cells += [v for v in column.to_pylist() if v is not None]
-    return Piece(_joined(chain, "csv"), table.num_rows, cells)
+    yield Piece(_joined(chain, "csv"), rows, cells)
 
 
 __all__ = ["COMPRESSION", "HEAD", "MAX_DEPTH", "MAX_MEMBERS", "TEXT_KINDS", "Piece", "decode", "kind_of"]

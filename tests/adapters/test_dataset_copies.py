@@ -251,6 +251,40 @@ def test_a_copy_of_the_text_alone_is_found_by_its_keyed_content_hash(ctomb):
     assert all(r.passed for r in adapter.probe_physical(arts(ctomb, mine)).values())
 
 
+def test_a_torn_json_copy_is_searched_by_its_strings(ctomb):
+    """Text that starts like JSON but does not parse (a copy cut short) is searched by its JSON string
+    literals, each decoded: here the texts alone, found by their keyed content hash."""
+    mine = export(ctomb, "alice", 2, "jsonl")
+    root = root_of(ctomb)
+    (root / "backup").mkdir()
+    torn = root / "backup" / "texts.json"
+    torn.write_bytes(json.dumps([r["text"] for r in mine], ensure_ascii=True)[:-1].encode())
+    receipt, _ = ctomb.erase("alice")
+    for entry in train_entries(receipt).values():
+        assert (entry["status"], entry["level"]) == ("RESIDUAL", "physical"), entry
+        assert "content decoded in 1 value(s) of backup/texts.json" in entry["measurement"], entry["measurement"]
+    torn.unlink()
+    assert all(r.passed for r in ctomb.adapter("train").probe_physical(arts(ctomb, mine)).values())
+
+
+def test_a_log_that_starts_like_json_is_no_reason_to_leave_an_artifact_unverified(ctomb):
+    """Lines starting with ``[`` are not JSON: the file is searched by its bytes and strings, and an erasure
+    whose rows it does not hold is VERIFIED(physical)."""
+    mine = export(ctomb, "alice", 1, "jsonl")
+    root = root_of(ctomb)
+    (root / "logs").mkdir()
+    (root / "logs" / "train.log").write_bytes(b"[2024-05-01 10:00] epoch 1 done, loss 0.42\n[2024-05-01 10:05] saved\n")
+    (root / "logs" / "train.log.gz").write_bytes(gz(b"[2024-05-01 10:00] loaded \"ex-bob-001\"\n"))
+    receipt, _ = ctomb.erase("alice")
+    entry = train_entries(receipt)[mine[0]["id"]]
+    assert (entry["status"], entry["level"]) == ("VERIFIED", "physical"), entry
+    decoded = physical_probe(entry)["detail"]["copies_decoded"]
+    assert any(line.startswith("logs/train.log (text, not JSON") for line in decoded), decoded
+    (root / "logs" / "train.log").write_bytes(f"[2024-05-01 10:00] loaded {mine[0]['id']}\n".encode())
+    found = ctomb.adapter("train").probe_physical(arts(ctomb, mine))[mine[0]["id"]]
+    assert not found.passed and "logs/train.log" in found.measurement  # the control: the byte scan sees it
+
+
 UNREADABLE: dict[str, tuple[str, Callable[[Rows], bytes], str]] = {
     "truncated gzip": ("backup/dump.jsonl.gz", lambda rows: gz(jsonl(rows))[:-9], "not a complete gzip file"),
     "corrupt zstd": ("backup/dump.zst", lambda rows: zstd(jsonl(rows))[:-6], "not a complete zstd file"),
@@ -258,8 +292,6 @@ UNREADABLE: dict[str, tuple[str, Callable[[Rows], bytes], str]] = {
                         "not a readable Parquet file"),
     "encrypted zip member": ("backup/export.zip", lambda rows: encrypted_zip({"rows.jsonl": jsonl(rows)}),
                              "is encrypted"),
-    "torn JSON of the texts": ("backup/texts.json", lambda rows: json.dumps([r["text"] for r in rows])[:-1].encode(),
-                               "is not JSON"),
 }
 
 
