@@ -388,3 +388,48 @@ def test_the_auditor_decodes_the_copies_too(ctomb):
     assert verdicts() == {UNCHECKED}
     (root / "backup" / "dump.jsonl.gz").unlink()
     assert verdicts() == {AGREE}
+
+
+# -- the decoders' bounds, directly -------------------------------------------------------------------
+
+
+def test_every_decoder_stops_at_the_bound():
+    """Bombs in each container the probe opens stop at max_decoded_bytes (DatasetBoundError naming the
+    file), before the values are built: a zstd stream, an Arrow IPC file whose compressed body declares
+    64 MiB, an Arrow file with one 1 MiB value repeated (dictionary-encoded), a zip member, layers nested
+    deeper than the probe unwraps."""
+    from tombstone_adapters.dataset.files import (
+        DatasetBoundError,
+        DatasetFileError,
+        DecodeLimits,
+    )
+    from tombstone_adapters.dataset.sniff import MAX_DEPTH, decode
+
+    limits = DecodeLimits(max_decoded_bytes=SMALL)
+    big = pa.table({"id": ["bomb"], "text": ["a" * (64 << 20)]})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, big.schema, options=ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(big)
+    arrow_bomb = sink.getvalue().to_pybytes()
+    indices = pa.array([0] * 64, pa.int32())
+    repeated = pa.table({"text": pa.DictionaryArray.from_arrays(indices, pa.array(["a" * SMALL]))})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, repeated.schema) as writer:
+        writer.write_table(repeated)
+    dictionary_bomb = sink.getvalue().to_pybytes()
+    bombs = {
+        "zstd": zstd(bytes(64 * SMALL)),
+        "arrow": arrow_bomb,
+        "arrow dictionary": dictionary_bomb,
+        "zip member": zip_of({"rows.jsonl": bytes(64 * SMALL)}),
+    }
+    for name, data in bombs.items():
+        assert len(data) < 4 * SMALL, name
+        with pytest.raises(DatasetBoundError, match=f"{name}.*max_decoded_bytes {SMALL}"):
+            list(decode(data, name, limits))
+    nested = jsonl([{"id": "x", "text": "t"}])
+    for _ in range(MAX_DEPTH + 1):
+        nested = gz(nested)
+    with pytest.raises(DatasetFileError, match="more than 3 levels deep"):
+        list(decode(nested, "deep", limits))
+    assert [p.chain for p in decode(gz(gz(gz(b'{"id": "x"}'))), "three", limits)] == ["gzip > gzip > gzip > json"]
