@@ -14,6 +14,7 @@ from types import ModuleType
 import batches
 import caches
 import crash_trials
+import dataset_copies
 import dataset_shards
 import docstore_erase
 import docstore_residue
@@ -35,8 +36,8 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, crash_trials, batches, workers,
-    caches, dataset_shards, read_path, faiss_threads, scale, forensic_scan, semantic, model_unlearning, lora_copies,
-    startup,
+    caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, forensic_scan, semantic, model_unlearning,
+    lora_copies, startup,
 )}
 
 
