@@ -167,8 +167,8 @@ def _candidates(alphabet: str, length: int, avoid: set[str], n: int, seed: int) 
     rng = np.random.default_rng(seed)
     out: list[str] = []
     seen = set(avoid)
-    space = len(alphabet) ** length
-    while len(out) < min(n, space - len(seen)):
+    wanted = min(n, len(alphabet) ** length - len(seen))  # a short secret's form has few others
+    while len(out) < wanted:
         cand = "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=length))
         if cand not in seen:
             seen.add(cand)
@@ -193,7 +193,9 @@ def measure(target: ModelTarget, examples: Sequence[dict[str, Any]], owners: Seq
 
     The served view is what serves now (``with_owners``: plus the shards in ``owners``, as it serves when
     nothing is hidden — the snapshot's control); the suppressed null is the served view without ``owners``.
-    Returns a JSON-able measurement with ``separates``.
+    Returns a JSON-able measurement: each measure's record and ``outcome``, and the whole one's ``outcome``
+    (separated, not separated, cannot tell), ``separates``, ``measured`` (it could tell) and ``cannot_tell``
+    (why, for each measure that cannot).
     """
     start = time.perf_counter()
     serving = sorted(set(target.serving()) | (set(owners) if with_owners else set()))
@@ -342,17 +344,20 @@ def summary(m: Mapping[str, Any]) -> str:
     """One line: the AUCs with their intervals, nulls, TPR at a low FPR and power, the canaries' ranks, and each
     measure's outcome (separated, not separated, cannot tell)."""
     parts = []
+    unsure: dict[str, list[str]] = {}  # AUCs that cannot tell, by why: said once
     for name, label in (("loss", "loss AUC"), ("min_k", "Min-K% AUC")):
         if name in m:
             x = m[name]
-            told = x.get("outcome") or (SEPARATED if x.get("separates") else NOT_SEPARATED)
-            told = x["why"] if told == CANNOT_TELL and x.get("why") else told
-            parts.append(f"{label} {x['auc']:.2f} ({_auc_text(x)}): {told}")
+            if outcome_of(x) == CANNOT_TELL:
+                unsure.setdefault(x.get("why") or CANNOT_TELL, []).append(f"{label} {x['auc']:.2f}")
+            else:
+                parts.append(f"{label} {x['auc']:.2f} ({_auc_text(x)}): {outcome_of(x)}")
+    parts += [f"{', '.join(labels)}: {why}" for why, labels in unsure.items()]
     if "membership" in m:
         parts.append(f"membership inference {m['membership']}")
     for c in m.get("canaries", {}).values():
         gain = c.get("gain")
-        told = c.get("outcome") or (SEPARATED if c.get("separates") else NOT_SEPARATED)
+        told = outcome_of(c)
         parts.append(f"canary rank {c['rank']} of {c['of']} ({c['exposure']:.1f} bits; nulls"
                      f" {c['null_suppressed']['exposure']:.1f}, {c['null_heldout']['exposure']:.1f})"
                      + (f", gain over the suppressed ensemble rank {gain['rank']} (a fresh secret's"
