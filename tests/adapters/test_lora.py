@@ -259,7 +259,7 @@ def test_a_subject_of_one_example_cannot_tell_and_the_erasure_ends_in_a_receipt(
     assert before["examples"] == 1 and before["held_out_examples"] == 9
     assert before["outcome"] == "cannot tell" and before["loss"]["ci"] is None
     assert before["loss"]["why"].startswith("cannot tell: 1 example")
-    assert before["loss"]["tpr_at_fpr"]["lowest_fpr"] == pytest.approx(1 / 9)
+    assert before["loss"]["tpr_at_fpr"]["lowest_fpr"] == pytest.approx(1 / 9, abs=1e-4)
     # nothing is left for resume, and erasing the subject again works
     resumed = crash.cli("resume", "--config", config)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
