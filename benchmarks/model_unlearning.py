@@ -37,12 +37,13 @@ def _ci(values: list[float], seed: int) -> tuple[float, float, float]:
 
 
 def run(tmp: Path, config=None, subjects: int = SUBJECTS) -> dict:
-    from tombstone import Tombstone
-    from tombstone.config import load_config
-    from tombstone.verify import model as mv
     from tombstone_adapters.lora import ModelConfig
     from tombstone_adapters.lora import synthetic as S
     from tombstone_adapters.lora.adapter import LoraAdapter
+
+    from tombstone import Tombstone
+    from tombstone.config import load_config
+    from tombstone.verify import model as mv
 
     config = config or ModelConfig()
     root = tmp / "deploy"
@@ -91,23 +92,51 @@ def _parameters(config) -> dict:
     return {"base": total, "lora_per_shard": sum(v.numel() for v in state.values())}
 
 
+def _tpr(measures: list[dict], name: str, key: str, seed: int) -> str:
+    """The mean TPR at the low FPR over subjects (``key``: ``tpr`` served, ``null_suppressed`` the null)."""
+    values = [m[name]["tpr_at_fpr"][key] for m in measures if (m[name].get("tpr_at_fpr") or {}).get(key) is not None]
+    if not values:
+        return "-"
+    mean, low, high = _ci(values, seed)
+    return f"{mean:.2f} ({low:.2f}-{high:.2f})"
+
+
+def _told(measures: list[dict]) -> str:
+    """How many subjects the measurement separated / did not / could not tell."""
+    outcomes = [m.get("outcome") or ("separated" if m["separates"] else "not separated") for m in measures]
+    return " / ".join(str(outcomes.count(o)) for o in ("separated", "not separated", "cannot tell"))
+
+
 def _row(label: str, measures: list[dict], seed: int) -> str:
     cells = []
     for name in ("loss", "min_k"):
         auc = _ci([m[name]["auc"] for m in measures], seed)
         null_s = _ci([m[name]["null_suppressed"] for m in measures], seed + 1)
         null_h = _ci([m[name]["null_heldout"] for m in measures if m[name]["null_heldout"] is not None], seed + 2)
-        cells += [f"{auc[0]:.2f} ({auc[1]:.2f}-{auc[2]:.2f})", f"{null_s[0]:.2f} / {null_h[0]:.2f}"]
+        cells += [f"{auc[0]:.2f} ({auc[1]:.2f}-{auc[2]:.2f})", f"{null_s[0]:.2f} / {null_h[0]:.2f}",
+                  f"{_tpr(measures, name, 'tpr', seed + 4)} / {_tpr(measures, name, 'null_suppressed', seed + 5)}"]
     canaries = [c for m in measures for c in m.get("canaries", {}).values()]
-    exp = _ci([c["exposure"] for c in canaries], seed + 3)
-    ranks = sorted(c["rank"] for c in canaries)
-    null_exp = [c["null_suppressed"]["exposure"] for c in canaries]
-    held_exp = [c["null_heldout"]["exposure"] for c in canaries]
-    cells += [", ".join(str(r) for r in ranks), f"{exp[0]:.1f} ({exp[1]:.1f}-{exp[2]:.1f})",
-              f"{statistics.mean(null_exp):.1f} / {statistics.mean(held_exp):.1f}",
-              f"{sum(c['greedy_extracted'] for c in canaries)} of {len(canaries)}",
-              f"{sum(m['separates'] for m in measures)} of {len(measures)}"]
+    if canaries:
+        exp = _ci([c["exposure"] for c in canaries], seed + 3)
+        null_exp = statistics.mean(c["null_suppressed"]["exposure"] for c in canaries)
+        held_exp = statistics.mean(c["null_heldout"]["exposure"] for c in canaries)
+        cells += [", ".join(str(r) for r in sorted(c["rank"] for c in canaries)),
+                  f"{exp[0]:.1f} ({exp[1]:.1f}-{exp[2]:.1f})", f"{null_exp:.1f} / {held_exp:.1f}"]
+    else:
+        cells += ["-", "-", "-"]
+    power = sorted({m["loss"].get("detectable_auc") for m in measures if "loss" in m} - {None})
+    cells += [f"{sum(c['greedy_extracted'] for c in canaries)} of {len(canaries)}",
+              ", ".join(f"{p:.2f}" for p in power) or "none", _told(measures)]
     return f"| {label} | " + " | ".join(cells) + " |"
+
+
+def _sizes(result: dict) -> str:
+    """The sample sizes the AUCs were measured at."""
+    from tombstone.verify.model_stats import ALPHA, plural
+
+    sizes = sorted({(m["examples"], m["held_out_examples"]) for stage in result["stages"].values() for m in stage})
+    return (", ".join(f"{plural(n, 'example')} against {m} held-out" for n, m in sizes)
+            + f"; one-sided alpha {ALPHA:g}")
 
 
 def _mean(result: dict, stage: str, metric: str, key: str) -> float:
@@ -126,7 +155,7 @@ def section(result: dict) -> str:
     lines = [
         f"## {HEADINGS[0]}",
         "",
-        f"A 2-layer GPT-2 over bytes ({cfg['n_embd']} wide, {result['parameters']['base']:,} parameters, 259-token"
+        (f"A 2-layer GPT-2 over bytes ({cfg['n_embd']} wide, {result['parameters']['base']:,} parameters, 259-token"
         f" vocabulary) built from a local configuration, its base trained on other people's sentences"
         f" ({cfg['base_steps']} steps), then {result['shards']} LoRA shards (rank {cfg['lora_r']} on attention and MLP,"
         f" {result['parameters']['lora_per_shard']:,} parameters each, {cfg['steps']} steps at lr {cfg['lr']:g} with"
@@ -134,9 +163,9 @@ def section(result: dict) -> str:
         f" secret; {result['holdout']} people held out of every shard. The serving ensemble is the renormalised mean of"
         f" the shards' next-token log-probabilities. One subject per shard ({result['erased']} in all) erased through the"
         " adapter, one after another; each measured with its shard serving (*before*), with the ensemble recomposed"
-        " without it (*suppressed*) and with the shard retrained without the subject (*reclaimed*).",
+        " without it (*suppressed*) and with the shard retrained without the subject (*reclaimed*)."),
         "",
-        "Means over the erased subjects with 95% bootstrap intervals over subjects. AUC: the subject's 8 examples"
+        ("Means over the erased subjects with 95% bootstrap intervals over subjects. AUC: the subject's 8 examples"
         " against the held-out people's 32 by loss and by Min-K% (k = 20%); the nulls are the suppressed ensemble"
         " (the shards that never saw the subject) and one held-out person scored the same way against the other"
         " held-out people. Canary: the rank of the true secret among 1,000 (999 random six-digit secrets), its"
@@ -144,11 +173,19 @@ def section(result: dict) -> str:
         " a fresh secret never trained on after the same prefix). *Separates*: the probe's decision (an AUC whose"
         " lower bound is above both nulls, or a canary above both nulls with rank p at most 0.01 whose gain over"
         " the suppressed ensemble also ranks in the top 1%, or one greedy decoding completes and the suppressed"
-        " ensemble does not).",
+        " ensemble does not). Each measure is three-valued: it separates the subject, does not, or cannot tell"
+        " (too few samples for its statistic); the last column counts subjects separated / not separated / cannot"
+        " tell. *TPR at 5% FPR*: the share of the subject's examples scored above the lowest threshold that at most"
+        " 5% of the held-out examples exceed, served model / suppressed ensemble (the null), means over subjects"
+        f" with 95% bootstrap intervals. *Power*: the smallest AUC whose exact one-sided Mann-Whitney p-value"
+        f" reaches the decision's alpha at the sample sizes ({_sizes(result)}; none: too few samples for any); the"
+        " decision compares with the nulls, so an AUC below it can never separate."),
         "",
-        "| stage | loss AUC (CI) | loss nulls: suppressed / held-out | Min-K% AUC (CI) | Min-K% nulls |"
-        " canary ranks | exposure, bits (CI) | exposure nulls | greedy completes the canary | separates |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        ("| stage | loss AUC (CI) | loss nulls: suppressed / held-out | loss TPR at 5% FPR: served / null |"
+        " Min-K% AUC (CI) | Min-K% nulls | Min-K% TPR at 5% FPR | canary ranks | exposure, bits (CI) |"
+        " exposure nulls | greedy completes the canary | power: smallest detectable AUC |"
+        " separated / not / cannot tell |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         _row("before erasure", result["stages"]["before"], 1),
         _row("after suppression", result["stages"]["suppressed"], 11),
         _row("after reclaim", result["stages"]["reclaimed"], 21),
@@ -159,10 +196,10 @@ def section(result: dict) -> str:
         f"| one shard (median of {len(result['retrain_seconds'])} retrains in the reclaim) | {one:.1f} |",
         f"| all {result['shards']} shards (the initial training) | {all_shards:.1f} |",
         f"| SISA speed-up of an erasure (all shards / one shard) | {all_shards / one:.1f}x |",
-        f"| the model probe of one subject (median of {len(result['probe_seconds'])}; 1,001 canary candidates, 40"
-        f" texts, {result['shards']} shards) | {statistics.median(result['probe_seconds']):.1f} |",
+        (f"| the model probe of one subject (median of {len(result['probe_seconds'])}; 1,001 canary candidates, 40"
+        f" texts, {result['shards']} shards) | {statistics.median(result['probe_seconds']):.1f} |"),
         "",
-        f"A model that never saw a subject still tells that person's sentences from other people's: the suppressed"
+        (f"A model that never saw a subject still tells that person's sentences from other people's: the suppressed"
         f" ensemble scores a loss AUC of {_mean(result, 'before', 'loss', 'null_suppressed'):.2f} on average (per"
         f" subject {_spread(result, 'loss', 'null_suppressed')}), held-out people"
         f" {_spread(result, 'loss', 'null_heldout')}, which is why the probe compares with these nulls and never"
@@ -174,6 +211,6 @@ def section(result: dict) -> str:
         f" of them. The retrain reads the dataset's current version and"
         " trains from the base, so the reclaim time is one shard's training plus reading the examples; timings are"
         " on two shared CPU cores, and the probe's time is one subject's measurement (the saga takes it twice:"
-        " before suppression, the control, and after the reclaim).",
+        " before suppression, the control, and after the reclaim)."),
     ]
     return "\n".join(lines)

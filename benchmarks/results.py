@@ -14,10 +14,13 @@ from types import ModuleType
 import batches
 import caches
 import crash_trials
+import dataset_copies
 import dataset_shards
 import docstore_erase
 import docstore_residue
+import faiss_threads
 import forensic_scan
+import lora_copies
 import model_unlearning
 import pgvector_residue
 import read_path
@@ -33,7 +36,8 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, crash_trials, batches, workers,
-    caches, dataset_shards, read_path, scale, forensic_scan, semantic, model_unlearning, startup,
+    caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, forensic_scan, semantic, model_unlearning,
+    lora_copies, startup,
 )}
 
 

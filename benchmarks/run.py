@@ -21,9 +21,9 @@ from common import RESULTS, temp_dir
 
 # Measuring order: the single-process tables and the crash trials before any embedded PostgreSQL is
 # started in this process, the vector stores last.
-RUN_ORDER = ("docstore_residue", "docstore_erase", "scan_rate", "crash_trials", "caches", "dataset_shards", "batches",
-             "workers", "pgvector_residue", "vector_stores", "write_path", "read_path", "scale", "forensic_scan", "semantic",
-             "model_unlearning", "startup")
+RUN_ORDER = ("docstore_residue", "docstore_erase", "scan_rate", "crash_trials", "caches", "dataset_shards",
+             "dataset_copies", "batches", "faiss_threads", "workers", "pgvector_residue", "vector_stores", "write_path",
+             "read_path", "scale", "forensic_scan", "semantic", "model_unlearning", "lora_copies", "startup")
 assert sorted(RUN_ORDER) == sorted(results.MODULES)
 
 

@@ -13,6 +13,7 @@ window, and a read-only wrapper without a lineage db, filter on the flag inside 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -119,6 +120,14 @@ def _drop_nested(result: dict[str, Any], hidden: frozenset[str], n_results: int)
             if out.get(key) is not None and out[key][r] is not None:
                 out[key][r] = _keep(out[key][r], keep)
     return out
+
+
+def _short(row: Sequence[Any], hidden: frozenset[str], n_results: int, asked: int) -> bool:
+    """Whether a query's result row, asked for ``asked`` results, holds fewer than ``n_results`` that are not
+    hidden while the collection may hold more (the row came back full)."""
+    if len(row) < asked:
+        return False
+    return sum(1 for i in row if str(i) not in hidden) < n_results
 
 
 def _query_rows(query_embeddings: Any) -> list[Any] | None:
@@ -255,6 +264,9 @@ class TombstoneCollection:
         self._epoch = read_epoch(self._epoch_file)
         self.hidden = HiddenIds(lineage, store) if lineage is not None else None
         """Ids suppressed and not yet reclaimed (None: no lineage db, the in-store flag decides)."""
+        self._count_for: frozenset[str] | None = None
+        self._count = 1
+        """The collection's size when the hidden set ``_count_for`` was first met (sizes a query's first ask)."""
 
     def _write(self, method: str, **kwargs: Any) -> Any:
         with self.lock if self.lock is not None else contextlib.nullcontext():
@@ -389,6 +401,18 @@ class TombstoneCollection:
     def _hidden_now(self) -> frozenset[str] | None:
         return self.hidden.current() if self.hidden is not None else None
 
+    def _first_ask(self, n_results: int, hidden: frozenset[str] | None) -> int:
+        """``n_results`` plus twice the hidden records expected among them (the hidden share of the collection
+        times ``n_results``), at least one more when anything is hidden. The collection's size is counted
+        once per hidden set: it only sizes the first ask, and a wrong guess costs one more query, not a
+        wrong answer."""
+        if not hidden:
+            return n_results
+        if self._count_for is not hidden:
+            self._count_for, self._count = hidden, max(1, int(self._call("count")))
+        share = min(1.0, len(hidden) / self._count)
+        return n_results + min(len(hidden), max(1, math.ceil(2 * n_results * share)))
+
     def query(self, query_embeddings=None, query_texts=None, n_results: int = 10, where=None,
               where_document=None, include=None, **kwargs) -> dict[str, Any]:
         if query_texts is not None:
@@ -413,18 +437,22 @@ class TombstoneCollection:
             return _filter_nested(result, "metadatas" not in include)
         asked = sorted(set(include) | {"metadatas"})
         rows = _query_rows(query_embeddings) if hidden else None
-        result = self._call("query", query_embeddings=query_embeddings,
-                            n_results=n_results if rows is not None else n_results + len(hidden), where=where,
+        ceiling = n_results + len(hidden or ())  # enough for any query: with every hidden id among them, k remain
+        ask = self._first_ask(n_results, hidden) if rows is not None else ceiling
+        result = self._call("query", query_embeddings=query_embeddings, n_results=ask, where=where,
                             where_document=where_document, include=asked, **kwargs)
         if hidden and rows is not None:
-            # Most queries meet none of the few hidden records: their results are the store's own. A query
-            # whose results held hidden ones is asked again for that many more (only those queries).
-            short = [r for r, row in enumerate(result["ids"]) if any(str(i) in hidden for i in row)]
-            if short:
-                again = self._call("query", query_embeddings=[rows[r] for r in short],
-                                   n_results=n_results + len(hidden), where=where, where_document=where_document,
-                                   include=asked, **kwargs)
+            # Each query is first asked for its k plus the few hidden records its results are expected to hold
+            # (sized from the hidden share of the collection). Only a query left short of k visible results is
+            # asked again, four times wider each time, up to the ceiling that cannot fall short: asking every
+            # query for k plus all hidden ids would make Chroma turn that many more rows into Python lists.
+            short = [r for r, row in enumerate(result["ids"]) if _short(row, hidden, n_results, ask)]
+            while short and ask < ceiling:
+                ask = min(ceiling, ask * 4)
+                again = self._call("query", query_embeddings=[rows[r] for r in short], n_results=ask, where=where,
+                                   where_document=where_document, include=asked, **kwargs)
                 result = _replace_rows(result, short, again)
+                short = [r for r, row in zip(short, again["ids"]) if _short(row, hidden, n_results, ask)]
         return _filter_nested(_drop_nested(result, hidden, n_results), "metadatas" not in include)
 
     def get(self, ids=None, where=None, limit=None, offset=None, where_document=None, include=None,

@@ -15,8 +15,8 @@ from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 from tombstone.lineage.records import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.physical import default_patterns
-from tombstone.verify.scanner import scan_files
 
+from .copies import find_copies, own_records
 from .files import (
     CURRENT,
     DatasetBoundError,
@@ -29,13 +29,10 @@ from .files import (
     read_file,
 )
 from .hooks import DatasetHooks
-from .store import BACKEND, DatasetFiles, DatasetLoader, DatasetStore
+from .store import BACKEND, ERASURE, DatasetFiles, DatasetLoader, DatasetStore
 
 MAX_VERSIONS_LISTED = 20
 """The evidence lists this many manifest versions by name (the newest), and counts the rest."""
-BYTE_SCANNABLE = ("jsonl",)
-"""Shard formats whose bytes hold an id as written: a shard listed by no manifest is byte-scanned, never
-decoded, so one in another (compressed) format cannot be checked."""
 
 
 class DatasetAdapter(DatasetHooks, Adapter):
@@ -161,9 +158,10 @@ class DatasetAdapter(DatasetHooks, Adapter):
         """Decode every row of every shard file a manifest lists — current, older versions' — and look for
         each artifact's id and (with the lineage key) its keyed content hash: a Parquet or gzip shard is
         compressed, so the byte scan alone proves nothing about it. Every decode is bounded (``limits``): a
-        shard past a bound cannot be checked (PhysicalUnsupportedError naming it: UNVERIFIED). A shard file
-        no manifest lists is never decoded: it is byte-scanned for the artifacts' patterns and named in the
-        evidence; one in a compressed format, which a byte scan cannot see into, cannot be checked."""
+        listed shard past a bound cannot be checked (PhysicalUnsupportedError naming it: UNVERIFIED). Every
+        other file under the dataset directory whose content is a format the probe reads is decoded and
+        searched too (:mod:`.copies`); one that cannot be decoded leaves the artifacts found nowhere
+        unprobed (UNVERIFIED, naming it)."""
         ids = set(self._ids(artifacts))
         keyed = getattr(self, "content_key", None)
         by_content: dict[str, set[str]] = {}
@@ -175,8 +173,6 @@ class DatasetAdapter(DatasetHooks, Adapter):
         content_hits: dict[str, dict[str, int]] = {}
         rows = 0
         decoded: list[str] = []
-        not_decoded: list[str] = []
-        unlisted: list[Path] = []
         with self._locked():
             references = self.files.references()
             pins = self.files.pins()
@@ -184,17 +180,8 @@ class DatasetAdapter(DatasetHooks, Adapter):
             for path in self.files.shard_files():
                 rel = os.path.relpath(path, self.files.root)
                 fmt = format_of(path.name)
-                if fmt is None:
-                    not_decoded.append(rel)
-                    continue
-                if rel not in references:
-                    if fmt not in BYTE_SCANNABLE:
-                        raise PhysicalUnsupportedError(
-                            f"shard {rel} is listed by no manifest and compressed ({fmt}): it is not decoded, and a"
-                            " byte scan cannot see into it, so its rows cannot be checked (list it in a manifest"
-                            " or remove it)", store=self.store)
-                    unlisted.append(path)
-                    continue
+                if fmt is None or rel not in references:
+                    continue  # not a listed shard: a copy, if its content is a format read here
                 try:
                     data = read_file(path, self.limits.max_decoded_bytes)
                     shard_ids, texts = decode_columns(data, fmt, rel, texts=bool(by_content), limits=self.limits)
@@ -210,12 +197,14 @@ class DatasetAdapter(DatasetHooks, Adapter):
                         id_hits[row_id][rel] += 1
                 if by_content and texts is not None:
                     for row_id, text in zip(shard_ids, texts):
-                        owners = by_content.get(keyed(hashlib.sha256(text.encode("utf-8")).hexdigest()))
-                        for owner in owners or ():
+                        for owner in by_content.get(keyed(hashlib.sha256(text.encode("utf-8")).hexdigest()), ()):
                             if owner != row_id:
                                 content_hits.setdefault(owner, {}).setdefault(rel, 0)
                                 content_hits[owner][rel] += 1
-            unlisted_hits = self._byte_scan(unlisted, artifacts)
+            forms = {art.artifact_id: [p for kind, p in self.physical_patterns(art).items() if kind.startswith("id")]
+                     for art in artifacts}
+            copies = find_copies(self.files.root, set(decoded), own_records(self.files.root, ERASURE), forms,
+                                 by_content, keyed, self.limits)
         evidence = {
             "rows_decoded": rows,
             "shard_files_decoded": len(decoded),
@@ -223,9 +212,7 @@ class DatasetAdapter(DatasetHooks, Adapter):
             else "ids only (no lineage key: an independent verifier)",
             "manifest_versions": _versions_listed(versions, references, self.files.root),
             "pins": [f"{p.name} -> v{p.version}" for p in pins],
-            **({"byte_scanned_only": not_decoded} if not_decoded else {}),
-            **({"unlisted_shards": [f"{os.path.relpath(p, self.files.root)} (listed by no manifest: byte-scanned,"
-                                    " not decoded)" for p in unlisted]} if unlisted else {}),
+            **copies.evidence(),
         }
         out = {}
         for art in artifacts:
@@ -234,25 +221,12 @@ class DatasetAdapter(DatasetHooks, Adapter):
                 found.append(f"row decoded {n}x in {rel} ({_listed_by(rel, references)})")
             for rel, n in sorted(content_hits.get(art.artifact_id, {}).items()):
                 found.append(f"content decoded in {n} other row(s) of {rel} ({_listed_by(rel, references)})")
-            for rel in unlisted_hits.get(art.artifact_id, []):
-                found.append(f"id in the bytes of {rel} (listed by no manifest; not decoded)")
-            out[art.artifact_id] = ExtraFinding(found=found, id_found=art.artifact_id in id_hits or
-                                                art.artifact_id in unlisted_hits,
-                                                content_found=art.artifact_id in content_hits, evidence=evidence)
+            found += copies.found(art.artifact_id)
+            out[art.artifact_id] = ExtraFinding(
+                found=found, id_found=art.artifact_id in id_hits or copies.id_found(art.artifact_id),
+                content_found=art.artifact_id in content_hits or art.artifact_id in copies.content_hits,
+                evidence=evidence, unchecked=copies.unchecked())
         return out
-
-    def _byte_scan(self, files: list[Path], artifacts: Sequence[ArtifactRecord]) -> dict[str, list[str]]:
-        """Artifact id -> the files (of ``files``) whose bytes hold one of its id patterns."""
-        if not files:
-            return {}
-        patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts
-                    for kind, pattern in self.physical_patterns(art).items() if kind.startswith("id")}
-        report = scan_files(files, patterns, root=self.files.root)
-        hits: dict[str, set[str]] = {}
-        for key, found in report.hits.items():
-            for hit in found:
-                hits.setdefault(key.split("\x00", 1)[1], set()).add(os.path.relpath(hit.file, self.files.root))
-        return {aid: sorted(where) for aid, where in hits.items()}
 
 
 def _listed_by(rel: str, references: dict[str, list[str]]) -> str:

@@ -82,7 +82,7 @@ class DecodeLimits:
     max_rows: int = MAX_ROWS
 
     @classmethod
-    def from_options(cls, options: Any, store: str = "dataset") -> "DecodeLimits":
+    def from_options(cls, options: Any, store: str = "dataset") -> DecodeLimits:
         """The bounds a store's options set (``max_decoded_bytes``, ``max_rows``); anything but a whole
         number of at least 1 is a one-line configuration error."""
         from tombstone.config import positive_int
@@ -115,10 +115,11 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_file(path: Path, limit: int = MAX_DECODED_BYTES) -> bytes:
+def read_file(path: Path, limit: int = MAX_DECODED_BYTES, *, head: int | None = None) -> bytes:
     """The bytes of a regular file, opened without following a link or blocking (a FIFO or a link planted
     at a shard path is refused, never waited on or followed), and no larger than ``limit`` bytes
-    (DatasetBoundError). FileNotFoundError when nothing is there."""
+    (DatasetBoundError); with ``head``, its first ``head`` bytes only, whatever its size. FileNotFoundError
+    when nothing is there."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -137,6 +138,8 @@ def read_file(path: Path, limit: int = MAX_DECODED_BYTES) -> bytes:
         now = os.fstat(fh.fileno())
         if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             raise DatasetFileError(f"dataset file {path} is not a regular file")
+        if head is not None:
+            return fh.read(head)
         if now.st_size > limit:
             raise DatasetBoundError(f"dataset file {path} has {now.st_size} bytes, past the bound"
                                     f" (max_decoded_bytes {limit}): not read")
@@ -262,7 +265,7 @@ class Manifest:
         return (json.dumps(body, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> "Manifest":
+    def from_bytes(cls, data: bytes, where: str) -> Manifest:
         try:
             body = json.loads(data)
             if not isinstance(body, dict) or body.get("format") != FORMAT:
@@ -352,7 +355,7 @@ def iter_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
-from .shards import (  # noqa: E402 - the shard codecs, kept in their own module and named here as before
+from .shards import (
     Row,
     decode_columns,
     decode_rows,

@@ -9,11 +9,13 @@ value repeated a million times (a Parquet bomb) is counted before it is built. P
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
+import lzma
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,21 +108,44 @@ GUNZIP_CHUNK = 1 << 24
 
 
 def _gunzip(data: bytes, where: str, limit: int) -> bytearray:
-    """A gzip file's content, decompressed a chunk at a time and never past ``limit`` bytes (a gzip bomb
-    stops there: DatasetBoundError)."""
+    """A gzip shard's content, never past ``limit`` bytes (:func:`inflate`)."""
+    return inflate(data, "gzip", f"shard {where}", limit)
+
+
+def _opener(codec: str) -> Any:
+    if codec == "gzip":
+        return lambda data: gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
+    if codec == "bz2":
+        return lambda data: bz2.BZ2File(io.BytesIO(data), mode="rb")
+    if codec == "xz":
+        return lambda data: lzma.LZMAFile(io.BytesIO(data), mode="rb")
+    pa = _pyarrow()  # zstd and lz4 (frame format): Arrow's codecs, installed with pyarrow
+    return lambda data: pa.CompressedInputStream(pa.BufferReader(data), codec)
+
+
+def inflate(data: bytes, codec: str, where: str, limit: int, bound: int | None = None) -> bytearray:
+    """``data`` decompressed (``codec``: gzip, bz2, xz, zstd or lz4) a chunk at a time and never past
+    ``limit`` bytes (a decompression bomb stops there: DatasetBoundError, which names ``bound``, the store's
+    max_decoded_bytes, default ``limit``). A stream that is truncated or corrupt: DatasetFileError."""
+    bound = limit if bound is None else bound
     out = bytearray()
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError)
+    if codec in ("zstd", "lz4"):
+        errors += (_pyarrow().ArrowException,)
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as fh:
+        with _opener(codec)(data) as fh:
             while True:
                 chunk = fh.read(min(GUNZIP_CHUNK, limit + 1 - len(out)))
                 if not chunk:
                     return out
                 out += chunk
                 if len(out) > limit:
-                    raise DatasetBoundError(f"shard {where} decompresses to more than {limit} bytes, past the bound"
-                                            f" (max_decoded_bytes {limit}): not decoded")
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DatasetFileError(f"shard {where} is not a complete gzip file ({exc})") from exc
+                    raise DatasetBoundError(f"{where} decompresses to more than {limit} bytes, past the bound"
+                                            f" (max_decoded_bytes {bound}): not decoded")
+    except DatasetBoundError:
+        raise
+    except errors as exc:
+        raise DatasetFileError(f"{where} is not a complete {codec} file ({exc})") from exc
 
 
 def _jsonl_text(data: bytes, fmt: str, where: str, limits: DecodeLimits = DEFAULT_LIMITS) -> bytes | bytearray:
@@ -148,55 +173,85 @@ def _parse_line(line: bytes, where: str, n: int) -> dict[str, Any]:
 
 def _decoded_size(pa: Any, array: Any) -> int:
     """The bytes ``array`` holds once decoded: a dictionary-encoded column's values counted once per row
-    (what makes a Parquet bomb: one large value repeated), computed without materialising them."""
-    if pa.types.is_dictionary(array.type):
-        value_type = array.type.value_type
+    (what makes a Parquet bomb: one large value repeated), computed without materialising them; a nested
+    column (lists, structs) counted through its children."""
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        value_type = kind.value_type
         if pa.types.is_binary(value_type) or pa.types.is_string(value_type) or \
                 pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
             lengths = pa.compute.binary_length(array.dictionary)
             total = pa.compute.sum(pa.compute.take(lengths, array.indices)).as_py() or 0
             return int(total) + 8 * len(array)
         return array.indices.nbytes + array.dictionary.nbytes * max(1, len(array))
+    if kind.num_fields:  # nested: structs, lists, maps, unions
+        if pa.types.is_struct(kind):
+            children = array.flatten()
+        elif pa.types.is_union(kind):
+            children = [array.field(i) for i in range(kind.num_fields)]
+        else:
+            children = [array.flatten()]
+        return 8 * len(array) + sum(_decoded_size(pa, child) for child in children)
     return array.nbytes
 
 
-def _parquet_table(data: bytes, where: str, columns: Sequence[str] | None = None,
-                   limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
-    """The shard's columns (``columns``, or all), decoded a batch at a time within ``limits``: the rows
-    the footer declares and those decoded are counted, and the bytes the values decode to (string columns
-    are read dictionary-encoded, so a value repeated a million times is counted, never built, until the
-    bounds are checked)."""
+SHARD_COLUMNS = ("id", "text", "metadata")
+_DICTIONARY_LOGICAL = ("STRING", "NONE", "JSON", "BSON", "ENUM")
+
+
+def parquet_batches(data: bytes, where: str, columns: Sequence[str] | None = None,
+                    limits: DecodeLimits = DEFAULT_LIMITS, require: Sequence[str] = SHARD_COLUMNS) -> Iterator[Any]:
+    """The file's record batches (``columns``, or all), decoded a batch at a time within ``limits``: the
+    rows the footer declares and those decoded are counted, and the bytes the values decode to (every string
+    leaf, nested ones too, is read dictionary-encoded, so a value repeated a million times is counted, never
+    built, until the bounds are checked). Every column of ``require`` must be there. A string leaf comes as
+    a dictionary array."""
     pa = _pyarrow()
     if len(data) > limits.max_decoded_bytes:
-        raise limits.too_large(f"shard {where}", "has", len(data))
+        raise limits.too_large(where, "has", len(data))
     try:
-        schema = pa.parquet.ParquetFile(pa.BufferReader(data)).schema_arrow
-        for name in columns or ("id", "text", "metadata"):
-            if name not in schema.names:
-                raise DatasetFileError(f"shard {where} has no {name!r} column")
-        names = list(columns) if columns else list(schema.names)
-        textual = [n for n in names if pa.types.is_string(schema.field(n).type) or pa.types.is_binary(schema.field(n).type)
-                   or pa.types.is_large_string(schema.field(n).type) or pa.types.is_large_binary(schema.field(n).type)]
+        schema = pa.parquet.ParquetFile(pa.BufferReader(data)).schema
+        names = list(columns) if columns else list(schema.to_arrow_schema().names)
+        for name in (*require, *names):
+            if name not in schema.to_arrow_schema().names:
+                raise DatasetFileError(f"{where} has no {name!r} column")
+        textual = [c.path for c in (schema.column(i) for i in range(len(schema)))
+                   if c.physical_type == "BYTE_ARRAY" and c.logical_type.type in _DICTIONARY_LOGICAL
+                   and c.path.split(".")[0] in names]
         shard = pa.parquet.ParquetFile(pa.BufferReader(data), read_dictionary=textual)
         meta = shard.metadata
         if meta.num_rows > limits.max_rows:
-            raise limits.too_many_rows(f"shard {where}", meta.num_rows)
+            raise limits.too_many_rows(where, meta.num_rows)
         indices = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] in names]
         declared = sum(meta.row_group(g).column(i).total_uncompressed_size
                        for g in range(meta.num_row_groups) for i in indices)
         if declared > limits.max_decoded_bytes:
-            raise limits.too_large(f"shard {where}", "declares", declared)
-        batches, rows, decoded = [], 0, 0
+            raise limits.too_large(where, "declares", declared)
+        rows, decoded = 0, 0
         for batch in shard.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=names, use_threads=False):
             rows += batch.num_rows
             if rows > limits.max_rows:
-                raise limits.too_many_rows(f"shard {where}", f"more than {limits.max_rows}")
+                raise limits.too_many_rows(where, f"more than {limits.max_rows}")
             decoded += sum(_decoded_size(pa, column) for column in batch.columns)
             if decoded > limits.max_decoded_bytes:
-                raise limits.too_large(f"shard {where}", "decodes to more than", limits.max_decoded_bytes)
-            batches.append(batch)
-        table = pa.Table.from_batches(batches) if batches else \
-            pa.schema([shard.schema_arrow.field(n) for n in names]).empty_table()
+                raise limits.too_large(where, "decodes to more than", limits.max_decoded_bytes)
+            yield batch
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DatasetFileError(f"{where} is not a readable Parquet file ({exc})") from exc
+
+
+def _parquet_table(data: bytes, where: str, columns: Sequence[str] | None = None,
+                   limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """The shard's columns (``columns``, or all) as one table within ``limits`` (:func:`parquet_batches`),
+    its string columns decoded."""
+    pa = _pyarrow()
+    try:
+        batches = list(parquet_batches(data, f"shard {where}", columns, limits))
+        if batches:
+            table = pa.Table.from_batches(batches)
+        else:
+            arrow = pa.parquet.ParquetFile(pa.BufferReader(data)).schema_arrow
+            table = pa.schema([arrow.field(n) for n in (columns or arrow.names)]).empty_table()
         for n, field in enumerate(table.schema):
             if pa.types.is_dictionary(field.type):
                 plain = pa.chunked_array([chunk.dictionary_decode() for chunk in table.column(n).chunks],

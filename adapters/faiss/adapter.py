@@ -41,7 +41,8 @@ def metadata_limit(store: str, options: Mapping[str, Any]) -> int | None:
 class FaissAdapter(FaissHooks, Adapter):
     """Options: ``path`` (the store directory); ``reclaim``: ``in-place`` (default: zero the erased vectors,
     keep the graph) or ``rewrite`` (rebuild the graph from the survivors on every erasure);
-    ``max_metadata_bytes``: the largest state file read whole (64 MiB by default)."""
+    ``max_metadata_bytes``: the largest state file read whole (64 MiB by default); ``threads``: FAISS's OpenMP
+    threads (a number, or ``"all"``; by default half the CPUs this process may use: see ``threads.py``)."""
 
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
@@ -66,7 +67,8 @@ class FaissAdapter(FaissHooks, Adapter):
             self._snapshot = Snapshot(prefix="tombstone-faiss-")
             path = self._snapshot.copy_tree(self.dir)
         try:
-            self.faiss = FaissStore(path, store=store, create=False, max_metadata_bytes=limit)
+            self.faiss = FaissStore(path, store=store, create=False, max_metadata_bytes=limit,
+                                    threads=options.get("threads"))
         except BaseException:
             self.close()
             raise

@@ -82,6 +82,9 @@ from tombstone.fsutil import write_atomic as _write_atomic
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
+from .threads import apply as apply_threads
+from .threads import parse as parse_threads
+
 BACKEND = "faiss"
 _METRICS = {"l2": faiss.METRIC_L2, "ip": faiss.METRIC_INNER_PRODUCT}
 RECORDS = "records.jsonl"
@@ -735,8 +738,11 @@ class FaissStore:
         create: bool = True,
         lock_wait: float = STORE_LOCK_WAIT,
         max_metadata_bytes: int | str | None = None,
+        threads: int | str | None = None,
     ) -> None:
         self.dir = Path(directory)
+        self.threads = apply_threads(parse_threads(threads, store))
+        """FAISS's OpenMP thread count in force after opening (``threads.py``: half the usable CPUs by default)."""
         try:
             # no state or sidecar larger than this is read (64 MiB by default)
             self.max_metadata_bytes = METADATA_LIMIT if max_metadata_bytes is None else int(max_metadata_bytes)

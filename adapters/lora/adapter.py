@@ -20,7 +20,15 @@ from tombstone.verify.levels import Level
 from tombstone.verify.physical import default_patterns
 
 from .hooks import LoraHooks
-from .store import BACKEND, LoraStore, LoraTarget, retired_tag, split_artifact
+from .store import BACKEND, LoraStore, LoraTarget, split_artifact
+from .tensors import (
+    Contents,
+    Undecodable,
+    read_contents,
+    retired_index,
+    retired_tag,
+    tensor_tag,
+)
 
 for _module in ("torch", "transformers", "peft"):  # the model extra; imported only when a model is loaded
     if importlib.util.find_spec(_module) is None:
@@ -131,33 +139,62 @@ class LoraAdapter(LoraHooks, Adapter):
         return patterns
 
     def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
-        """Hash every file: one whose SHA-256 is a weights file an erasure retired (the registry keeps those
-        hashed again) is a copy of old weights, whatever its name."""
+        """Read every file by its content: one whose SHA-256 (or, compressed with gzip, zstd, bz2 or xz, whose
+        content's SHA-256) is a weights file an erasure retired, or safetensors content (plain or compressed)
+        holding any tensor of retired weights, is a copy of those weights, whatever its name. Content that looks
+        like either and cannot be decoded within the bounds leaves a shard with retired weights unchecked:
+        PhysicalUnsupportedError naming the files (the artifacts UNVERIFIED), unless a copy was found anyway."""
         with self._locked():
             reg = self.model.registry()
-            retired = {tag: shard for shard, tags in reg.get("retired", {}).items() for tag in tags}
-            copies: dict[str, list[str]] = {}
-            hashed = 0
+            whole, by_tensor = retired_index(reg)
+            copies: dict[str, dict[str, str]] = {}
+            undecodable: dict[str, str] = {}
+            hashed = decoded = 0
             for path in _files(self.model.root):
-                digest = hashlib.sha256()
+                rel = os.path.relpath(path, self.model.root)
                 try:  # a regular file when listed; opened so that a FIFO or link put there since is refused
                     fd = open_regular(path, self.model.root, store=self.store)
                 except (OSError, StoreUnavailableError) as exc:
                     raise PhysicalUnsupportedError(f"{path} could not be hashed: {exc}", store=self.store) from exc
                 with open(fd, "rb") as fh:
-                    while chunk := fh.read(_CHUNK):
-                        digest.update(chunk)
+                    try:
+                        contents = read_contents(fh, os.fstat(fh.fileno()).st_size, self.model.max_weights_bytes,
+                                                 header_limit=self.model.max_metadata_bytes, decode=bool(whole))
+                    except Undecodable as exc:
+                        undecodable[rel] = str(exc)
+                        continue
+                    except OSError as exc:
+                        raise PhysicalUnsupportedError(f"{path} could not be hashed: {exc}", store=self.store) from exc
                 hashed += 1
-                shard = retired.get(retired_tag(digest.hexdigest()))
-                if shard is not None:
-                    copies.setdefault(shard, []).append(os.path.relpath(path, self.model.root))
+                decoded += bool(contents.kinds)
+                for shard, how in _matches(contents, whole, by_tensor).items():
+                    copies.setdefault(shard, {})[rel] = how
+        blind = sorted({shard for art in artifacts if (shard := split_artifact(art.artifact_id)[0]) is not None
+                        and shard in set(whole.values()) and shard not in copies})
+        if undecodable and blind:
+            named = "; ".join(f"{rel} ({why})" for rel, why in sorted(undecodable.items())[:5])
+            more = f" and {len(undecodable) - 5} more" if len(undecodable) > 5 else ""
+            also = "".join(f"; a copy of {s}'s retired weights was found: {', '.join(sorted(f))}"
+                           for s, f in sorted(copies.items()))
+            raise PhysicalUnsupportedError(
+                f"weights in the model store that cannot be decoded: {named}{more}; a copy of the retired weights of"
+                f" {', '.join(blind)} in them would not be seen{also}", store=self.store)
+        evidence: dict[str, Any] = {
+            "files_hashed": hashed, "files_decoded": decoded, "retired_weights_known": len(whole),
+            "retired_tensors_known": sum(len(t) for t in by_tensor.values()),
+            "weights_check": "no file may hash to weights an erasure retired, nor hold (plain or compressed with"
+                             " gzip, zstd, bz2 or xz) safetensors content with a tensor of them, whatever its name"}
+        if undecodable:
+            evidence["not_decoded"] = {rel: undecodable[rel] for rel in sorted(undecodable)[:50]}
+        if unmatched := sorted(set(whole.values()) - set(by_tensor)):
+            evidence["retired_without_tensor_digests"] = unmatched  # a registry from before: whole files only
         out = {}
         for art in artifacts:
             shard, _ = split_artifact(art.artifact_id)
-            found = [f"a copy of {shard}'s retired weights: {', '.join(sorted(copies[shard]))}"] if shard in copies else []
-            out[art.artifact_id] = ExtraFinding(found=found, content_found=bool(found), evidence={
-                "files_hashed": hashed, "retired_weights_known": len(retired),
-                "weights_check": "no file may hash to weights an erasure retired"})
+            found = ([f"a copy of {shard}'s retired weights: "
+                      + ", ".join(f"{rel} ({how})" for rel, how in sorted(copies[shard].items()))]
+                     if shard in copies else [])
+            out[art.artifact_id] = ExtraFinding(found=found, content_found=bool(found), evidence=evidence)
         return out
 
     # -- the model probe ---------------------------------------------------------------------------
@@ -228,6 +265,22 @@ class LoraAdapter(LoraHooks, Adapter):
                   for name, e in sorted(reg["shards"].items())}
         return {"shards": shards, "holdout": reg["holdout"],
                 "files": sorted(os.path.relpath(p, root) for p in _files(root) if not p.name.endswith(".tmp"))}
+
+
+def _matches(contents: Contents, whole: dict[str, str], by_tensor: dict[str, set[str]]) -> dict[str, str]:
+    """The shards whose retired weights a file's contents hold, and how: the same bytes (of the file, or of
+    what it decompresses to), or some of the tensors."""
+    out: dict[str, str] = {}
+    codecs = [k for k in contents.kinds if k != "safetensors"]
+    for layer, sha in enumerate(contents.sha256s):
+        if (shard := whole.get(retired_tag(sha))) is not None:
+            out[shard] = "the same bytes" + (f", {'+'.join(codecs[:layer])}-compressed" if layer else "")
+    tags = {tensor_tag(t.digest) for t in contents.tensors if not t.constant}
+    for shard, retired in by_tensor.items():
+        if held := len(tags & retired):
+            how = f"{held} of its {len(retired)} retired tensors" + (f", {'+'.join(codecs)}-compressed" if codecs else "")
+            out[shard] = f"{out[shard]}; {how}" if shard in out else how
+    return out
 
 
 def _files(root: Path) -> list[Path]:

@@ -56,9 +56,10 @@ def registry_problem(body: Any, format_name: str) -> str | None:
             return f"shard {name!r} names its weights file without a SHA-256, or not as a string"
     if not isinstance(body.get("holdout"), list) or not all(_is_str_list(g) for g in body["holdout"]):
         return "its held-out lists are not lists of example ids"
-    retired = body.get("retired", {})
-    if not isinstance(retired, dict) or not all(_is_str_list(v) for v in retired.values()):
-        return "its retired weights are not lists of hashes"
+    for key, what in (("retired", "weights"), ("retired_tensors", "tensors")):
+        retired = body.get(key, {})
+        if not isinstance(retired, dict) or not all(_is_str_list(v) for v in retired.values()):
+            return f"its retired {what} are not lists of hashes"
     return None
 
 

@@ -21,8 +21,8 @@ file and SHA-256, the manifest version it was trained from, the example ids it w
 erasure has suppressed, the canaries among them (offset, length, alphabet and keyed SHA-256 of the secret:
 never the secret) and how it was trained; the held-out examples (one list per held-out subject: never
 trained, what the model probe compares against); and, per shard, the SHA-256 of each weights file an
-erasure retired, hashed again (so the registry names no retired file, and a probe can still recognise a
-copy of one).
+erasure retired and the digest of each of its tensors, hashed again (``tensors``: the registry names no
+retired file or tensor, and a probe can still recognise a copy of one, re-saved or compressed).
 
 The store's files are untrusted data. The registry and the weights are read only as regular files inside
 the store (never through a link, never a FIFO or a device: ``tombstone.fsutil.read_regular``), the registry
@@ -57,6 +57,8 @@ from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 from . import model as M
 from .registry import byte_limit, registry_problem
+from .target import LoraTarget
+from .tensors import retire, retired_tag
 
 BACKEND = "lora"
 REGISTRY = "registry.json"
@@ -72,7 +74,6 @@ TRAINED_RELATION = "trained_into"
 HELD_OUT_RELATION = "held_out_by"
 HOLDOUT_PREFIX = "holdout:"
 DIGITS = "0123456789"
-RETIRED_TAG = b"tombstone-retired-weights\x00"
 WEIGHTS_LIMIT = 4 * 1024 * 1024 * 1024
 """Default bound (4 GiB) on a weights file the store reads (the store option ``max_weights_bytes``)."""
 
@@ -81,11 +82,6 @@ class ModelStoreError(StoreUnavailableError):
     """A model store file that cannot be used (missing, or not what the registry says). Retrying does not help."""
 
     retryable = False
-
-
-def retired_tag(sha256_hex: str) -> str:
-    """How the registry remembers a retired weights file: the SHA-256 of its SHA-256 (names no file)."""
-    return hashlib.sha256(RETIRED_TAG + sha256_hex.encode("ascii")).hexdigest()
 
 
 def artifact_id(shard: str, example_id: str) -> str:
@@ -210,6 +206,13 @@ class LoraStore:
         if M.adapter_sha256(data) != sha256:
             raise ModelStoreError(f"{path} does not hash to what the registry records: refused", store=self.store)
         return data
+
+    def _readable(self, rel: str | None, sha256: str | None, what: str) -> bytes | None:
+        """A weights file's bytes, or None where there is none, or it cannot be read or is not what it should be."""
+        try:
+            return self._weights(rel, sha256, what) if rel and sha256 else None
+        except StoreUnavailableError:
+            return None
 
     def base_model(self, registry: Mapping[str, Any] | None = None) -> Any:
         reg = registry or self.registry()
@@ -513,10 +516,9 @@ class LoraStore:
                 new["canaries"] = {i: c for i, c in entry.get("canaries", {}).items() if i in set(ids)}
                 new["suppressed"] = sorted(set(entry.get("suppressed", ())) - eids)
                 reg["shards"][shard] = new
-                if old_sha:
-                    tags = reg.setdefault("retired", {}).setdefault(shard, [])
-                    if retired_tag(old_sha) not in tags:
-                        tags.append(retired_tag(old_sha))
+                if old_sha:  # the old file's tag, and its tensors' (those the new weights do not share)
+                    retire(reg, shard, old_sha, self._readable(old_file, old_sha, f"shards.{shard}.file"),
+                           self._readable(new["file"], new["sha256"], f"shards.{shard}.file"))
                 self._write(reg)
                 kill_point("reclaim:lora:after-registry")
                 if old_path is not None and old_file != new["file"]:
@@ -577,34 +579,6 @@ class LoraStore:
                     entry["canaries"] = {i: c for i, c in entry.get("canaries", {}).items() if i not in eids}
             self._drop_holdout(reg, held)
             self._write(reg)
-
-
-class LoraTarget:
-    """The model as the model probe sees it (``tombstone.verify.model.ModelTarget``): the registry and the
-    weights as they stand when it is made."""
-
-    def __init__(self, store: LoraStore) -> None:
-        self._store = store
-        self.registry = store.registry()
-        self.sharded = bool(self.registry["sharded"])
-        self._ensemble = store.ensemble(self.registry)
-
-    def serving(self) -> list[str]:
-        return self._store.serving(self.registry)
-
-    def weights(self) -> dict[str, str]:
-        return {name: e["sha256"] for name, e in self.registry["shards"].items() if e.get("sha256")}
-
-    def token_logprobs(self, texts: Sequence[str], views: Mapping[str, Sequence[str]]) -> dict[str, list[Any]]:
-        return self._ensemble.token_logprobs(texts, views)
-
-    def greedy(self, prefixes: Sequence[str], n_bytes: int, view: Sequence[str]) -> list[str]:
-        return self._ensemble.greedy(prefixes, n_bytes, view)
-
-    def holdout(self) -> list[list[str]]:
-        groups = self.registry["holdout"]
-        texts, _ = self._store.dataset_texts([i for g in groups for i in g], registry=self.registry)
-        return [[texts[i] for i in g if i in texts] for g in groups]
 
 
 __all__ = ["BACKEND", "EXAMPLE_KIND", "HOLDOUT_KIND", "LoraStore", "LoraTarget", "ModelStoreError", "REGISTRY",

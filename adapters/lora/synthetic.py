@@ -9,6 +9,7 @@ model learns the form of the text and none of a subject's details.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,14 +73,17 @@ def names(count: int, seed: int = 7) -> list[str]:
     return pool[:count]
 
 
-def people(count: int, *, examples: int = 8, canary: bool = True, seed: int = 7) -> list[Person]:
-    """``count`` subjects with ``examples`` texts each (distinct templates while they last); with ``canary``
-    the last text is the canary sentence with a random six-digit secret."""
+def people(count: int, *, examples: int | Sequence[int] = 8, canary: bool = True, seed: int = 7) -> list[Person]:
+    """``count`` subjects with ``examples`` texts each (or one count per subject; distinct templates while they
+    last); with ``canary`` the last text is the canary sentence with a random six-digit secret."""
     rng = random.Random(seed * 1_000_003 + 1)
+    counts = [examples] * count if isinstance(examples, int) else list(examples)
+    if len(counts) != count or min(counts, default=1) < 1:
+        raise ValueError(f"one count of at least 1 example per subject is needed ({count} subjects, {examples!r})")
     out = []
-    for name in names(count, seed):
+    for name, n in zip(names(count, seed), counts):
         p = _person(rng, name)
-        plain = examples - 1 if canary else examples
+        plain = n - 1 if canary else n
         templates = [TEMPLATES[i % len(TEMPLATES)] for i in rng.sample(range(max(plain, len(TEMPLATES))), plain)]
         p.texts = [_sentence(rng, p, t) for t in templates]
         if canary:
@@ -132,22 +136,24 @@ def _pin_lineage_secret(root: Any, seed: int) -> None:
             fh.write(hashlib.sha256(f"synthetic lineage secret {seed}".encode()).hexdigest().encode() + b"\n")
 
 
-def build_deployment(root: Any, *, subjects: int = 16, examples: int = 8, shards: int = 4, holdout_subjects: int = 4,
-                     config: Any = None, base_texts: int = 400, seed: int = 7,
-                     secret_seed: int | None = 7) -> dict[str, Any]:
+def build_deployment(root: Any, *, subjects: int = 16, examples: int | Sequence[int] = 8, shards: int = 4,
+                     holdout_subjects: int = 4, config: Any = None, base_texts: int = 400, seed: int = 7,
+                     secret_seed: int | None = 7, canary: bool = True) -> dict[str, Any]:
     """A deployment whose lineage runs subject → document → training example → shard: a docstore of
     ``subjects`` people's sentences (``docs``), the training examples exported from them into a dataset
     (``train``, JSONL), a training run pinned on it, and a model store (``model``) with a base model trained on
     other people's sentences and ``shards`` LoRA adapters (``shards=1``: one unsharded adapter), every
-    subject's last example a canary. Returns what was built: the people (by reference), the ids, the
+    subject's last example a canary (unless ``canary`` is false). ``examples``: each subject's count, or one
+    count per subject. Returns what was built: the people (by reference), the ids, the
     training stats. The last ``holdout_subjects`` subjects are held out. ``secret_seed`` pins the lineage
     secret, so the same arguments train the same shards on every build (``None``: a random secret, as in a
     real deployment, and shards that differ from build to build)."""
     from pathlib import Path
 
-    from tombstone import Tombstone, init_deployment
     from tombstone_adapters.dataset import DatasetStore
     from tombstone_adapters.docstore import DocStore
+
+    from tombstone import Tombstone, init_deployment
 
     from .model import ModelConfig
     from .store import LoraStore
@@ -158,7 +164,7 @@ def build_deployment(root: Any, *, subjects: int = 16, examples: int = 8, shards
     config_ = init_deployment(root, {"docs": {"backend": "docstore", "path": "stores/docs.db"},
                                      "train": {"backend": "dataset", "path": "stores/train"},
                                      "model": {"backend": "lora", "path": "stores/model"}})
-    folk = people(subjects, examples=examples, seed=seed)
+    folk = people(subjects, examples=examples, canary=canary, seed=seed)
     refs = {subject_ref(i): p for i, p in enumerate(folk)}
     ids: dict[str, list[str]] = {}
     with Tombstone(config_) as tomb:

@@ -32,7 +32,8 @@ from typing import Any
 from tombstone.config import ENV_VAR, Config, load_config
 from tombstone.contract import Adapter, adapter_class
 from tombstone.errors import ConfigError, KeyMaterialError, ReceiptError, TombstoneError
-from tombstone.keys import LINEAGE_SECRET, PUBLIC_KEY, SIGNING_KEY, key_id, load_private_key, load_public_key, public_pem
+from tombstone.keys import (LINEAGE_SECRET, PUBLIC_KEY, SIGNING_KEY, key_id, load_private_key, load_public_key, public_pem,
+                            read_key_file)
 from tombstone.lineage.guard import forbid_lineage
 from tombstone.receipt import load_receipt, verify
 from tombstone.receipt.signing import STORE_RECLAIM_KIND
@@ -135,7 +136,7 @@ def trusted_key(key_path: str | None, config: Config | None) -> TrustedKey:
     configuration's deployment (:func:`deployment_key`). KeyMaterialError when there is neither."""
     if key_path:
         try:
-            data = Path(key_path).read_bytes()
+            data = read_key_file(key_path, "public key")
         except OSError as exc:
             raise KeyMaterialError(f"cannot read public key {key_path}: {exc.strerror or exc}") from exc
         if b"PRIVATE KEY" in data:

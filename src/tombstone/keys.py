@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tombstone.display import normal_subject
 from tombstone.errors import KeyMaterialError, UnknownSubjectError
-from tombstone.fsutil import make_private_dirs, write_atomic
+from tombstone.fsutil import NotARegularFile, make_private_dirs, read_regular_file, write_atomic
 
 SIGNING_KEY = "signing.key"
 PUBLIC_KEY = "signing.pub"
@@ -67,10 +67,31 @@ def key_id(key: Ed25519PublicKey) -> str:
     return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
 
 
+KEY_FILE_LIMIT = 64 * 1024
+"""The most bytes read from a key or secret file: a PEM key is a few hundred bytes."""
+
+
+def read_key_file(path: str | os.PathLike[str], what: str) -> bytes:
+    """The bytes of a key file, if it is a regular file of at most KEY_FILE_LIMIT bytes (a FIFO, a device such
+    as /dev/zero, or a huge file is one KeyMaterialError line, never a hang or an exhausted memory).
+    FileNotFoundError passes through."""
+    try:
+        data = read_regular_file(path, KEY_FILE_LIMIT + 1)
+    except NotARegularFile as exc:
+        raise KeyMaterialError(f"cannot read {what} {path}: {exc}; name a regular file") from exc
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise KeyMaterialError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > KEY_FILE_LIMIT:
+        raise KeyMaterialError(f"{what} {path} is larger than {KEY_FILE_LIMIT // 1024} KiB: not a key file")
+    return data
+
+
 def load_private_key(keys_dir: Path) -> Ed25519PrivateKey:
     path = keys_dir / SIGNING_KEY
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        key = serialization.load_pem_private_key(read_key_file(path, "signing key"), password=None)
     except FileNotFoundError as exc:
         raise KeyMaterialError(f"no signing key at {path}; run 'tombstone init'") from exc
     except (OSError, ValueError) as exc:
@@ -83,7 +104,7 @@ def load_private_key(keys_dir: Path) -> Ed25519PrivateKey:
 def load_public_key(path: Path) -> Ed25519PublicKey:
     """Load a PEM public key (or derive it from a PEM private key file)."""
     try:
-        data = Path(path).read_bytes()
+        data = read_key_file(path, "public key")
     except OSError as exc:
         raise KeyMaterialError(f"cannot read public key {path}: {exc.strerror or exc}") from exc
     try:
@@ -116,7 +137,7 @@ class LineageSecret:
     def load(cls, keys_dir: Path) -> "LineageSecret":
         path = keys_dir / LINEAGE_SECRET
         try:
-            text = path.read_text().strip()
+            text = read_key_file(path, "lineage secret").decode("ascii").strip()
             value = bytes.fromhex(text)
         except FileNotFoundError as exc:
             raise KeyMaterialError(f"no lineage secret at {path}; run 'tombstone init'") from exc

@@ -16,11 +16,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-
-from tombstone import Tombstone, init_deployment
-from tombstone.cli import main
-from tombstone.contract import open_adapter
-from tombstone.errors import ConfigError, PhysicalUnsupportedError
 from tombstone_adapters.dataset import DatasetLoader, DatasetStore
 from tombstone_adapters.dataset.files import (
     MAX_DECODED_BYTES,
@@ -33,6 +28,11 @@ from tombstone_adapters.dataset.files import (
     sha256,
 )
 from tombstone_adapters.docstore import DocStore
+
+from tombstone import Tombstone, init_deployment
+from tombstone.cli import main
+from tombstone.contract import open_adapter
+from tombstone.errors import ConfigError, PhysicalUnsupportedError
 
 SMALL = 1 << 20
 """The decode bound these tests configure (1 MiB), so a bomb a little past it is cheap to make."""
@@ -189,17 +189,23 @@ def test_a_bad_bound_option_is_a_config_error(htomb, bad):
 # -- shards no manifest lists ---------------------------------------------------------------------------
 
 
-def test_an_unlisted_gzip_bomb_is_not_decoded_and_is_named(htomb):
+def test_an_unlisted_gzip_bomb_stops_at_the_bound_and_is_named(htomb):
+    """A compressed shard no manifest lists is decoded by its content, within the bound: a bomb past it
+    leaves the artifacts found nowhere unprobed (UNVERIFIED), naming the file and the bound."""
     mine = export(htomb, "alice", 1)
     root = root_of(htomb)
-    (root / "shards" / "part-planted.jsonl.gz").write_bytes(gzip_zeros(256 << 20))
-    adapter = open_adapter("train", "dataset", {"path": str(root)})  # the default bound: 1 GiB
-    with pytest.raises(PhysicalUnsupportedError, match=r"part-planted\.jsonl\.gz is listed by no manifest") as err:
-        adapter.probe_physical(arts(htomb, mine))
-    assert "not a complete" not in str(err.value) and "not JSON" not in str(err.value), "it was decoded"
+    (root / "shards" / "part-planted.jsonl.gz").write_bytes(gzip_zeros(64 * SMALL))
+    before = htomb.adapter("train").probe_physical(arts(htomb, mine))[mine[0]]
+    assert not before.passed, "a row found elsewhere stays RESIDUAL, whatever else cannot be read"
+    receipt, _ = htomb.erase("alice")
+    assert statuses(receipt)[mine[0]][0] == "UNVERIFIED", statuses(receipt)
+    assert "part-planted.jsonl.gz" in probe_reasons(receipt, mine[0])
+    after = htomb.adapter("train").probe_physical(arts(htomb, mine))[mine[0]]
+    assert not after.ran, after
+    assert "part-planted.jsonl.gz" in after.why and "max_decoded_bytes 1048576" in after.why
 
 
-def test_an_unlisted_shard_is_byte_scanned_named_and_a_hit_is_never_verified(htomb):
+def test_an_unlisted_shard_is_decoded_named_and_a_hit_is_never_verified(htomb):
     mine = export(htomb, "alice", 2)
     root = root_of(htomb)
     planted = root / "shards" / "part-unlisted.jsonl"
@@ -208,8 +214,8 @@ def test_an_unlisted_shard_is_byte_scanned_named_and_a_hit_is_never_verified(hto
     clean.write_bytes(b'{"id": "other-2", "text": "nothing of hers", "metadata": {}}\n')
     result = htomb.adapter("train").probe_physical(arts(htomb, mine))
     assert not result[mine[0]].passed
-    assert "part-unlisted.jsonl (listed by no manifest; not decoded)" in result[mine[0]].measurement
-    listed = result[mine[1]].evidence["unlisted_shards"]
+    assert "row decoded 1x in shards/part-unlisted.jsonl (listed by no manifest; json)" in result[mine[0]].measurement
+    listed = result[mine[1]].evidence["copies_decoded"]
     assert any("part-unlisted.jsonl" in line for line in listed) and any("part-unlisted-clean" in line for line in listed)
     receipt, _ = htomb.erase("alice")
     found = statuses(receipt)

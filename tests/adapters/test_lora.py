@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import signal
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tombstone_adapters.lora import LoraStore, ModelConfig
+from tombstone_adapters.lora import synthetic as S
+from tombstone_adapters.lora.adapter import LoraAdapter
+from tombstone_adapters.lora.store import retired_tag
 
 from tombstone import Tombstone
 from tombstone.cli import main
 from tombstone.config import load_config
 from tombstone.testing import crash
 from tombstone.verify import model as mv
-from tombstone_adapters.lora import LoraStore, ModelConfig
-from tombstone_adapters.lora import synthetic as S
-from tombstone_adapters.lora.adapter import LoraAdapter
-from tombstone_adapters.lora.store import retired_tag
 
 pytestmark = pytest.mark.slow
 
@@ -209,3 +208,122 @@ def test_an_unsharded_adapter_is_residual_by_construction(tmp_path: Path) -> Non
     rec = entries[0]["evidence"]["reclaim"]["evidence"]["retrained"]["all"]
     assert rec["trained"]["mode"] == "continued" and rec["weights_changed"]
     assert not (root / "stores/model" / old["file"]).exists()
+
+
+# -- too few samples for a statistic, and failures inside the model stage ---------------------------------
+
+FEW = {"subjects": 6, "examples": (1, 8, 8, 8, 8, 1), "shards": 2, "holdout_subjects": 2, "canary": False,
+       "base_texts": 100}
+ONE = S.subject_ref(0)  # trained on one example
+EIGHT = S.subject_ref(1)  # trained on eight
+HELD_EIGHT = S.subject_ref(4)  # held out, eight examples (the other held-out subject has one)
+
+
+def small_config() -> ModelConfig:
+    return ModelConfig.from_dict({**ModelConfig.ci().to_dict(), "base_steps": 60, "steps": 40, "unlearn_steps": 10})
+
+
+@pytest.fixture(scope="module")
+def few(tmp_path_factory) -> Path:
+    """Six people without canaries: the first trained on one example; two held out, of eight and one examples."""
+    root = tmp_path_factory.mktemp("few") / "template"
+    S.build_deployment(root, config=small_config(), **FEW)
+    return root
+
+
+def receipt_of(root: Path, ref: str, n: int = 1) -> dict:
+    return json.loads((root / "receipts" / (f"{ref}.json" if n == 1 else f"{ref}.{n}.json")).read_text())
+
+
+def assert_rests_on_the_levels_below(receipt: dict, why: str) -> None:
+    """Every artifact VERIFIED(physical) with its logical and physical probes passed; the model level not run,
+    saying ``why``."""
+    assert receipt["artifacts"] and {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    assert all(probe(a, "logical")["passed"] and probe(a, "physical")["passed"] for a in receipt["artifacts"])
+    for entry in model_artifacts(receipt):
+        model = probe(entry, "model")
+        assert model["ran"] is False and why in model["detail"]["why"], model["detail"]["why"]
+        assert "\n" not in model["detail"]["why"]
+
+
+def test_a_subject_of_one_example_cannot_tell_and_the_erasure_ends_in_a_receipt(few: Path, tmp_path: Path) -> None:
+    root = copy(few, tmp_path / "deploy")
+    config = str(root / "tombstone.toml")
+    done = crash.cli("erase", ONE, "--config", config)
+    assert done.returncode == 0, done.stderr[-2000:]  # 0: every artifact VERIFIED (physical), nothing to act on
+    assert "Traceback" not in done.stdout + done.stderr
+    receipt = receipt_of(root, ONE)
+    assert_rests_on_the_levels_below(receipt, "cannot tell: 1 example")
+    detail = probe(model_artifacts(receipt)[0], "model")["detail"]
+    before = detail["before_suppression"]
+    assert before["examples"] == 1 and before["held_out_examples"] == 9
+    assert before["outcome"] == "cannot tell" and before["loss"]["ci"] is None
+    assert before["loss"]["why"].startswith("cannot tell: 1 example")
+    assert before["loss"]["tpr_at_fpr"]["lowest_fpr"] == pytest.approx(1 / 9, abs=1e-4)
+    # nothing is left for resume, and erasing the subject again works
+    resumed = crash.cli("resume", "--config", config)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    again = crash.cli("erase", ONE, "--config", config)
+    assert again.returncode == 0 and "Traceback" not in again.stdout + again.stderr, again.stderr[-2000:]
+    assert {a["status"] for a in receipt_of(root, ONE, 2)["artifacts"]} == {"VERIFIED"}
+
+
+def test_a_held_out_pool_of_one_cannot_tell_and_the_erasure_ends_in_a_receipt(few: Path, tmp_path: Path) -> None:
+    root = copy(few, tmp_path / "deploy")
+    config = str(root / "tombstone.toml")
+    adapter = LoraAdapter("model", {"path": str(root / "stores/model")})
+    with Tombstone(load_config(root / "tombstone.toml")) as tomb:
+        arts = [a for a in tomb.lineage.artifacts_for(tomb.lineage.subject_key(EIGHT)) if a.store == "model"]
+        material = adapter.model_material(arts)
+        examples = [{"id": a.artifact_id, "text": material[a.artifact_id]["text"], "canary": None} for a in arts]
+        seed = mv.seed_for("model", *sorted(a.artifact_id for a in arts))
+        # the control: against the whole pool (nine held-out examples) the measurement can tell
+        full = mv.measure(adapter.model_target(), examples, [shard_of(root, EIGHT)], seed, with_owners=True)
+        assert full["held_out_examples"] == 9 and full["outcome"] != "cannot tell", mv.summary(full)
+        assert full["loss"]["detectable_auc"] is not None and full["loss"]["ci"] is not None
+        # erasing the held-out subject of eight leaves a pool of one
+        tomb.erase(HELD_EIGHT)
+    assert [len(g) for g in registry(root)["holdout"] if g] == [1]
+    done = crash.cli("erase", EIGHT, "--config", config)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    receipt = receipt_of(root, EIGHT)
+    assert_rests_on_the_levels_below(receipt, "cannot tell: 1 held-out example")
+    assert len(model_artifacts(receipt)) == 8
+    again = crash.cli("erase", EIGHT, "--config", config)
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_a_saga_stuck_in_the_model_snapshot_resumes_and_a_broken_decision_is_that_levels_not_run(
+        few: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = copy(few, tmp_path / "deploy")
+    config = str(root / "tombstone.toml")
+    ref = S.subject_ref(2)
+
+    def stuck(*args, **kwargs):  # what the bootstrap used to raise out of the snapshot
+        raise ValueError("each sample in `data` must contain two or more observations along `axis`.")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(mv, "snapshot", stuck)
+        with Tombstone(load_config(root / "tombstone.toml")) as tomb, pytest.raises(ValueError):
+            tomb.erase(ref)
+    assert not (root / "receipts" / f"{ref}.json").exists()
+    # resumed: the snapshot measures; the measurement after the reclaim breaks inside the model stage
+    real, calls = mv.measure, []
+
+    def breaks_after_reclaim(*args, **kwargs):
+        calls.append(kwargs.get("with_owners", False))
+        if not kwargs.get("with_owners"):
+            raise FloatingPointError("overflow in the ensemble\nand a second line")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mv, "measure", breaks_after_reclaim)
+    with Tombstone(load_config(root / "tombstone.toml")) as tomb:
+        [(receipt, _)] = tomb.resume()
+    monkeypatch.undo()
+    assert calls == [True, False]  # the control: the snapshot measured; only the measurement after the reclaim broke
+    assert_rests_on_the_levels_below(receipt, "the model probe after the reclaim failed: FloatingPointError: overflow"
+                                              " in the ensemble")
+    assert receipt_of(root, ref)["artifacts"] == receipt["artifacts"]
+    again = crash.cli("erase", ref, "--config", config)
+    assert again.returncode == 0 and "Traceback" not in again.stdout + again.stderr, again.stderr[-2000:]

@@ -342,6 +342,39 @@ def test_out_on_a_character_device_is_refused(deploy, tmp_path):
     nothing_erased(deploy)
 
 
+def _receipt(deploy):
+    assert run("erase", "alice", "--config", str(deploy.path)).exit_code == 0
+    return next(deploy.receipts_dir.glob("*.json"))
+
+
+def test_a_key_that_is_a_device_a_fifo_or_huge_is_refused_unread(deploy, tmp_path):
+    """``--key`` for receipt verify and audit: /dev/zero once ran out of memory (killed); a FIFO would wait."""
+    receipt = _receipt(deploy)
+    fifo = _fifo(tmp_path, "key-fifo")
+    huge = tmp_path / "huge.pub"
+    with open(huge, "wb") as fh:  # sparse: nothing big is written
+        fh.write(b"-----BEGIN PUBLIC KEY-----\n")
+        fh.truncate(1 << 30)
+    cases = [(fifo, "FIFO"), (huge, "larger than 64 KiB")]
+    if Path("/dev/zero").exists():
+        cases.append((Path("/dev/zero"), "character device"))
+    for key, says in cases:
+        for command in ("receipt verify", "audit"):
+            extra = ["--config", str(deploy.path)] if command == "audit" else []
+            err = one_line(cli(*command.split(), str(receipt), "--key", str(key), *extra))
+            assert says in err and "MemoryError" not in err, (command, err)
+    good = cli("receipt", "verify", str(receipt), "--key", str(deploy.root / "keys" / "signing.pub"))
+    assert good.returncode == 0, good.stderr  # the control: the real key still verifies
+
+
+def test_junit_on_a_fifo_is_refused_before_any_canary_is_written(deploy, tmp_path):
+    fifo = _fifo(tmp_path, "junit-fifo")
+    err = one_line(cli("check", "--backend", "docstore", "--config", str(deploy.path), "--junit", str(fifo)))
+    assert "--junit" in err and "FIFO" in err
+    assert Path(fifo).is_fifo()
+    nothing_erased(deploy)
+
+
 # -- the demo's Pinecone store after its emulator stopped --------------------------------------------------------
 
 @pytest.mark.slow

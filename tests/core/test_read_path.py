@@ -116,8 +116,45 @@ def test_with_nothing_suppressed_a_query_is_the_stores_own_call(tmp_path, monkey
         view.query(query_texts=["thing"], n_results=2)
         view.get(ids=["alice-000"])
         assert calls == [("query", None), ("get", None)]
-        # control: with something hidden in its results the query is asked again, wider, instead of filtering
+        # control: with something hidden the query over-fetches past it (sized from the hidden share: one of
+        # two records, so one more than k here) instead of filtering
         tomb.lineage.record_suppressions("s-1", [tomb.lineage.artifact("vectors", "alice-000")])
         calls.clear()
         assert view.query(query_texts=["thing"], n_results=2)["ids"][0] == ["alice-001"]
-        assert calls == [("query", None), ("query", None)]
+        assert calls == [("count", None), ("query", None)]
+        calls.clear()
+        view.query(query_texts=["thing"], n_results=2)
+        assert calls == [("query", None)]  # the collection is counted once per hidden set
+
+
+def test_with_five_percent_hidden_every_query_gets_the_k_nearest_visible_records(tmp_path, monkeypatch):
+    """The first ask is sized from the hidden share; a query whose results still fall short is asked again,
+    wider, up to k plus every hidden id: whatever the guess, the answer is the k nearest visible records."""
+    config = deployment(tmp_path / "d")
+    topics = ["refund", "parcel", "invoice", "booking", "visit", "ticket", "payment", "claim"]
+    with Tombstone(config) as tomb:
+        ids = write(tomb, "alice", [f"{topics[n % 8]} note {n} {topics[(n * 3) % 8]} {n % 5}" for n in range(200)])
+        hidden = ids[::20]  # 5%
+        tomb.lineage.record_suppressions("s-1", [tomb.lineage.artifact("vectors", i) for i in hidden])
+        view = wrapper(tomb)
+        raw = view._collection
+        asked = []
+        real = view._call
+
+        def spy(method, **kwargs):
+            q = kwargs.get("query_embeddings")
+            asked.append((method, kwargs.get("n_results"), 0 if q is None else len(q)))
+            return real(method, **kwargs)
+
+        monkeypatch.setattr(view, "_call", spy)
+        queries = [f"{t} note {t}" for t in topics] + [f"{a} {b}" for a in topics for b in topics[:3]]
+        vectors = HashingEmbedder(DIM).embed(queries)
+        got = view.query(query_embeddings=vectors, n_results=10, include=["distances"])
+        everything = raw.query(query_embeddings=vectors, n_results=200, include=["distances"])
+        for row, dist, full, full_dist in zip(got["ids"], got["distances"], everything["ids"], everything["distances"]):
+            expected = [d for i, d in zip(full, full_dist) if i not in set(hidden)][:10]
+            assert len(row) == 10 and not set(row) & set(hidden)
+            assert dist == pytest.approx(expected, abs=1e-5)  # the same distances: ties may come in either order
+        queries_asked = [a for a in asked if a[0] == "query"]
+        assert queries_asked[0][1] == 10 + 1  # k plus twice the expected hidden among 10 at a 5% share
+        assert all(rows < len(queries) for _, _, rows in queries_asked[1:])  # only the queries left short are asked again

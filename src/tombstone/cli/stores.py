@@ -76,6 +76,10 @@ def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries
 
     if canaries < 1:
         raise ConfigError("--canaries must be at least 1")
+    if junit:
+        from tombstone.inputs import check_out_path
+
+        check_out_path(junit, "--junit")  # before the canaries are written: a FIFO or a folder there is refused now
     result = run_check(backend, config_path=config_path, canaries=canaries)
     if junit:
         Path(junit).parent.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ from tombstone.capabilities import Capability
 from tombstone.errors import PhysicalUnsupportedError
 from tombstone.lineage.records import ArtifactRecord, fingerprint_bytes
 from tombstone.verify.levels import Level
-from tombstone.verify.result import ProbeResult
+from tombstone.verify.result import NotRun, Outcome, ProbeResult
 from tombstone.verify import scanner
 from tombstone.verify.scanner import scan_files
 
@@ -60,6 +60,9 @@ class ExtraFinding:
     """The artifact's content was among what was found."""
     evidence: dict[str, Any] = field(default_factory=dict)
     """What the check looked at, for the receipt."""
+    unchecked: str | None = None
+    """Why the check could not look everywhere the artifact may be (a file it cannot read): an artifact
+    found nowhere is then not probed (``NotRun``: UNVERIFIED, naming why), never passed."""
 
 
 def fingerprint_scannable(artifact: ArtifactRecord) -> bool:
@@ -281,11 +284,12 @@ _open_blocks = 0
 _blocks_lock = threading.Lock()
 
 
-def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeResult]:
+def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, Outcome]:
     """Scan every file of ``adapter``'s store once for all patterns of all ``artifacts``.
 
     Raises PhysicalUnsupportedError when the store cannot be checked; never reports an absence it
-    did not observe.
+    did not observe (an artifact found nowhere while the adapter's own check could not look everywhere,
+    ``ExtraFinding.unchecked``, is ``NotRun``).
     """
     if not adapter.has(CAPABILITY):
         raise PhysicalUnsupportedError(STAGE.unsupported(adapter), store=adapter.store)
@@ -322,26 +326,25 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, ProbeR
         if content_hits:
             found.append(f"content found {len(content_hits)}x in {_where(content_hits, labels, others)}")
         found += more.found
-        results[art.artifact_id] = ProbeResult(
-            level=LEVEL,
-            passed=not found,
-            measurement="; ".join(found) or None,
-            evidence={
-                "files_scanned": sorted(labels[f] for f in report.files if f not in others),
-                "bytes_scanned": report.bytes_scanned,
-                "patterns": sorted(kinds),
-                "id_hits": len(id_hits),
-                "content_hits": len(content_hits),
-                "store_file_hits": sum(1 for h in id_hits + content_hits if h.file not in others),
-                **other_evidence,
-                **({"found_in_other_files": sorted({others[h.file] for h in id_hits + content_hits
-                                                     if h.file in others})}
-                   if any(h.file in others for h in id_hits + content_hits) else {}),
-                **more.evidence,
-            },
-            id_found=bool(id_hits) or more.id_found,
-            content_found=bool(content_hits) or more.content_found,
-        )
+        evidence = {
+            "files_scanned": sorted(labels[f] for f in report.files if f not in others),
+            "bytes_scanned": report.bytes_scanned,
+            "patterns": sorted(kinds),
+            "id_hits": len(id_hits),
+            "content_hits": len(content_hits),
+            "store_file_hits": sum(1 for h in id_hits + content_hits if h.file not in others),
+            **other_evidence,
+            **({"found_in_other_files": sorted({others[h.file] for h in id_hits + content_hits
+                                                 if h.file in others})}
+               if any(h.file in others for h in id_hits + content_hits) else {}),
+            **more.evidence,
+        }
+        if not found and more.unchecked:
+            results[art.artifact_id] = NotRun(LEVEL, more.unchecked, evidence=evidence)
+            continue
+        results[art.artifact_id] = ProbeResult(level=LEVEL, passed=not found, measurement="; ".join(found) or None,
+                                               evidence=evidence, id_found=bool(id_hits) or more.id_found,
+                                               content_found=bool(content_hits) or more.content_found)
     return results
 
 
@@ -401,13 +404,14 @@ class PhysicalStage:
         sharing_of: Callable[[ArtifactRecord], Sequence[ArtifactRecord]] | None = ctx.live_sharing_content
         if ctx.live_sharing_content_many is not None:
             # one lookup for every artifact whose id is gone (the only ones the decision asks about)
-            asked = [art for art in artifacts if (r := results.get(art.artifact_id)) is not None and not r.id_found]
+            asked = [art for art in artifacts if (r := results.get(art.artifact_id)) is not None and r.ran
+                     and not r.id_found]
             sharing = ctx.live_sharing_content_many(asked)
             sharing_of = lambda art: sharing[(art.store, art.artifact_id)]  # noqa: E731
         if sharing_of is not None:
             for art in artifacts:
                 result = results.get(art.artifact_id)
-                if result is None:
+                if result is None or not result.ran:  # not probed (NotRun): nothing to attribute
                     continue
                 decided, why = attribute(result, sharing_of(art) if not result.id_found else ())
                 if why:
