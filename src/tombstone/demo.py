@@ -4,7 +4,7 @@ The same arguments always give the same subjects, ids, texts and vectors, so two
 compared byte for byte (apart from times, saga ids, signatures and the lineage secret, which is drawn at
 random as a real deployment's must be). Model weights are the exception: a model store assigns subjects to
 its shards in the order of their keyed hashes, so which subjects share a shard, and so the weights, differ
-from build to build (the model level's decision does not depend on it). The demo knows no backend by name:
+from build to build (the model level decides the same way whichever shard holds a trained subject). The demo knows no backend by name:
 it asks every installed adapter for its demo hooks (``Adapter.demo_role``, ``demo_needs``, ``demo_store``,
 ``demo_fill``) and fills documents first, then the chunks cut from them, then what is derived from the
 chunks (training examples, the model trained on them, then answers), so lineage runs from each to the next.

@@ -69,7 +69,7 @@ def _probe_outcome(entry: ArtifactEntry, level: Any) -> tuple[str, str]:
 def level_lines(receipt: dict[str, Any] | Receipt) -> list[str]:
     """One line per level, read from the receipt's probe records (whatever the level records): how many
     artifacts its probe passed, failed or ran on without deciding, on which stores, and where it did not run,
-    why. None for a receipt without artifacts."""
+    why. Nothing for a receipt without artifacts (a store reclaim's)."""
     from tombstone.receipt.model import Receipt
     from tombstone.verify.levels import Level
 
