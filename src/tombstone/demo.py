@@ -306,7 +306,7 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
     """Lay out ``workdir`` (config, keys, lineage db, stores) and fill the stores. Returns subject refs.
     A backend that the asked ones are built from is added (:func:`with_needed`). ``via="langchain"`` writes
     the chunks and cached answers through LangChain (``VIAS``). ``progress("fill", store, n, stores)`` is
-    called as each store's filling starts (a model store trains for a minute or so)."""
+    called as each store's filling starts (a model store trains for a while)."""
     workdir = Path(workdir)
     writer = _via(via)
     chosen = _check_backends(with_needed(backends)[0])

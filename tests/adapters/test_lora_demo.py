@@ -24,11 +24,15 @@ def probe(entry: dict, level: str) -> dict:
 @pytest.mark.slow
 def test_the_lora_demo_trains_a_model_erases_a_subject_and_prints_the_model_level(tmp_path) -> None:
     pytest.importorskip("peft")
+    import torch
+
     from tombstone.demo import DOCS_PER_SUBJECT, demo_account
 
+    threads = torch.get_num_threads()
     root = tmp_path / "demo"
     result = run("demo", "--workdir", str(root), "--backends", "lora")
     assert result.exit_code == 0, result.output
+    assert torch.get_num_threads() == threads  # the demo trains on one thread and puts the setting back
     out = result.stdout.splitlines()
     assert out[0] == "lora is built from examples: added dataset to make them"
     assert out[1].startswith("built 8 subjects in ") and out[1].endswith(" (lora, dataset)")
