@@ -149,6 +149,13 @@ class LineageSecret:
             raise KeyMaterialError("a content hash must be a SHA-256 hex digest") from exc
         return hmac.new(self._derive(b"content"), digest, hashlib.sha256).hexdigest()
 
+    def artifact_ref(self, store: str, artifact_id: str) -> str:
+        """A keyed reference to an artifact (32 hex digits of an HMAC over the store and the id): how a receipt
+        names another subject's artifact without naming it. The same artifact gets the same reference in every
+        receipt of this deployment; only a holder of the secret can tell which artifact it is."""
+        message = store.encode("utf-8") + b"\x00" + artifact_id.encode("utf-8")
+        return hmac.new(self._derive(b"artifact-reference"), message, hashlib.sha256).hexdigest()[:32]
+
     def seal(self, plaintext: bytes) -> bytes:
         nonce = os.urandom(12)
         return nonce + AESGCM(self._derive(b"seal")).encrypt(nonce, plaintext, b"tombstone")

@@ -406,13 +406,15 @@ class MemoryStore:
         return self.records.get(aid)
 
 
-def measure(store: "MemoryStore", erased: list[str], focus: str):
+def measure(store: "MemoryStore", erased: list[str], focus: str, matched: bool = True):
     """The semantic level's decision for ``focus`` when ``erased`` are removed (filtered out): what the
-    saga's snapshot and verify steps compute, on a :class:`MemoryStore`. None when not measured."""
+    saga's snapshot and verify steps compute, on a :class:`MemoryStore`. None when not measured.
+    ``matched=False``: with the nearest controls instead of matched ones (the choice before release 0.4)."""
     from tombstone.verify import neighbourhood as nb
 
     records = [store.records[aid] for aid in erased]
-    snap = nb.take_snapshots(store, records, probe_vectors=store.probe_vectors, artifact=store.artifact)[focus]
+    snap = nb.take_snapshots(store, records, probe_vectors=store.probe_vectors, artifact=store.artifact,
+                             matched=matched)[focus]
     if snap.meta.get("outcome") != "measured":
         return None
     after = store.semantic_neighbours(snap.queries, nb.TOP, frozenset(erased))

@@ -79,6 +79,10 @@ class VerifyContext:
     example before suppression (the model level); None for a verifier without one."""
     enabled: frozenset[Level] = ALL_LEVELS
     """The levels the deployment enables."""
+    reference: Callable[[str, str], str] | None = None
+    """``(store, artifact id) -> keyed reference``: how a receipt names another subject's artifact that it must
+    not name in the clear (the semantic level's controls): an HMAC with the lineage secret. None: a hash salted
+    afresh for each verification (nobody can check it against an id)."""
     record_errors: bool = False
     """Store failures become NotRun instead of propagating (the auditor)."""
 
