@@ -23,7 +23,7 @@ from common import RESULTS, temp_dir
 # started in this process, the vector stores last.
 RUN_ORDER = ("docstore_residue", "docstore_erase", "scan_rate", "crash_trials", "caches", "dataset_shards", "batches",
              "workers", "pgvector_residue", "vector_stores", "write_path", "read_path", "scale", "forensic_scan", "semantic",
-             "model_unlearning", "startup")
+             "semantic_templated", "model_unlearning", "startup")
 assert sorted(RUN_ORDER) == sorted(results.MODULES)
 
 

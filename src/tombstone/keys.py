@@ -18,7 +18,10 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tombstone.display import normal_subject
@@ -113,7 +116,7 @@ class LineageSecret:
     """32 random bytes."""
 
     @classmethod
-    def load(cls, keys_dir: Path) -> "LineageSecret":
+    def load(cls, keys_dir: Path) -> LineageSecret:
         path = keys_dir / LINEAGE_SECRET
         try:
             text = path.read_text().strip()

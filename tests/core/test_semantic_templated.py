@@ -153,7 +153,6 @@ def build(root: Path, embedder, echo: tuple[str, str] | None = None):
     """A deployment with the semantic level on and one embedded Chroma collection holding ``SMALL`` (and the
     echo under another subject), written through Tombstone's wrapper."""
     import chromadb
-
     from tombstone_adapters.chroma.wrapper import TombstoneCollection
 
     config = init_deployment(root, {"vectors": {"backend": "chroma", "path": "stores/vectors", "collection": "chunks"}},

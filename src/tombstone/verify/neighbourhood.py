@@ -18,11 +18,12 @@ neighbourhood still answers as if the artifact were there — is the echo.
 with every artifact of the batch filtered out too, and their drifts under their own probe queries are the
 reference distribution. The target's drift is measured after reclaim, on the store itself. The size of a
 hole depends most on how close the neighbours are that take the deleted artifact's place, so the controls
-are **matched** on it: among the ``POOL`` nearest candidates, those whose two nearest surviving neighbours
-are about as close to them as the erased artifact's are to it. In a corpus of templated documents (forms,
-support notes that differ in a name, a date, an amount) an artifact with another subject's near-twin leaves
-a small hole whether or not anything of it survives; ranked among ordinary neighbours it would be called an
-echo far more often than the test's level.
+are **matched** on it: among the ``POOL`` nearest candidates, those whose nearest surviving neighbour is
+about as close to them as the erased artifact's is to it. In a corpus of templated documents (forms, support
+notes that differ in a name, a date, an amount) an artifact with another subject's near-twin leaves a small
+hole whether or not anything of it survives; ranked among ordinary neighbours it would be called an echo
+far more often than the test's level. The price: an echo no closer to the artifact than the corpus's own
+near-twins are to theirs is no longer told from one (RESULTS.md measures both).
 
 The **decision** is a rank test of the target's mean drift among the controls' (``scipy.stats.mannwhitneyu``,
 one-sided) together with a bootstrap confidence interval of that mean over its probe queries
@@ -62,8 +63,6 @@ RESAMPLES = 2000
 POOL = 5 * CONTROLS
 """How many live artifacts of other subjects nearest to the erased one are the candidates its controls are
 matched from (in the first round)."""
-MATCHED_NEIGHBOURS = 2
-"""Controls are matched on the similarities of this many nearest surviving neighbours (see :func:`_choose_controls`)."""
 CANDIDATE_ROUNDS = 4
 """How many times the search for controls widens (×2 each) before it gives up."""
 VERSION = 1
@@ -160,7 +159,7 @@ class Snapshot:
         return meta, b"".join(a.tobytes() for a in arrays)
 
     @classmethod
-    def decode(cls, meta: dict[str, Any], blob: bytes) -> "Snapshot":
+    def decode(cls, meta: dict[str, Any], blob: bytes) -> Snapshot:
         layout = meta.get("layout") or {"queries": [0, 0], "baselines": []}
         n, dim = layout["queries"]
         flat = np.frombuffer(blob, dtype="<f4")
@@ -236,7 +235,7 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
             repeat.append(drift(res.vectors[:TOP], res2.vectors[:TOP]))
         meta: dict[str, Any] = {"version": VERSION, "probes": probes, "unusable": unusable,
                                 "queries_asked": len(queries), "noise_floor_repeat": max(repeat, default=0.0),
-                                "nearest_similarities": nearest_similarities(own[aid], first[0], aid) if first else None}
+                                "nearest_similarity": nearest_similarity(own[aid], first[0], aid) if first else None}
         if len(probes) < MIN_PROBES:
             meta.update(outcome="not testable",
                         why=f"it is in its own Top-{TOP} for {len(probes)} of its {len(queries)} probe queries"
@@ -246,7 +245,7 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
             continue
         pending[aid] = (meta, kept_queries, baselines)
     lookup = _lookup(adapter.store, artifact, artifacts_many)
-    chosen = _choose_controls(adapter, call, {aid: (own[aid], meta["nearest_similarities"]) for aid, (meta, _, _) in pending.items()},
+    chosen = _choose_controls(adapter, call, {aid: (own[aid], meta["nearest_similarity"]) for aid, (meta, _, _) in pending.items()},
                               erased, erasing_subjects, lookup, probe_vectors, matched)
     for aid, (meta, kept_queries, baselines) in pending.items():
         controls = chosen[aid]
@@ -263,29 +262,25 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
     return out
 
 
-MATCHED = "matched on how close their two nearest surviving neighbours are"
+MATCHED = "matched on how close their nearest surviving neighbour is"
 NEAREST = "nearest"
 
 
-def nearest_similarities(vector: np.ndarray, res: Neighbours, self_id: str) -> list[float] | None:
-    """Cosine similarities between ``vector`` and the first ``MATCHED_NEIGHBOURS`` results of ``res`` that are
-    not ``self_id`` (the neighbours that take its place when it goes: what the size of the hole depends on
-    most); None when the store returned fewer."""
-    a = np.asarray(vector, dtype=np.float64).ravel()
-    out = []
+def nearest_similarity(vector: np.ndarray, res: Neighbours, self_id: str) -> float | None:
+    """Cosine similarity between ``vector`` and the first result of ``res`` that is not ``self_id``: how close
+    the neighbour is that takes its place when it goes (what the size of the hole depends on most); None
+    when the store returned no other."""
     for aid, row in zip(res.ids, res.vectors):
-        if aid != self_id and len(out) < MATCHED_NEIGHBOURS:
-            b = np.asarray(row, dtype=np.float64).ravel()
+        if aid != self_id:
+            a, b = np.asarray(vector, dtype=np.float64).ravel(), np.asarray(row, dtype=np.float64).ravel()
             norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
-            out.append(round(float(a @ b) / norms, 6) if norms else 0.0)
-    return out if len(out) == MATCHED_NEIGHBOURS else None
+            return round(float(a @ b) / norms, 6) if norms else 0.0
+    return None
 
 
-def similarity_gap(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
-    """How far apart two artifacts' neighbour similarities are: the largest difference (inf when one is unknown)."""
-    if a is None or b is None:
-        return math.inf
-    return max(abs(x - y) for x, y in zip(a, b))
+def similarity_gap(a: float | None, b: float | None) -> float:
+    """How far apart two artifacts' nearest-neighbour similarities are (inf when one is unknown)."""
+    return math.inf if a is None or b is None else abs(a - b)
 
 
 def _lookup(store: str, artifact: Callable, artifacts_many: Callable | None) -> Callable[[Sequence[str]], dict[str, Any]]:
@@ -295,15 +290,15 @@ def _lookup(store: str, artifact: Callable, artifacts_many: Callable | None) -> 
     return lambda ids: {aid: rec for aid in ids if (rec := artifact(store, aid)) is not None}
 
 
-def _similarities(adapter: Any, call: Callable, ids: Sequence[str], erased: set[str]) -> dict[str, list[float] | None]:
-    """Each id's nearest surviving neighbours' similarities (every erased artifact filtered out): one fetch of
+def _similarities(adapter: Any, call: Callable, ids: Sequence[str], erased: set[str]) -> dict[str, float | None]:
+    """Each id's nearest surviving neighbour's similarity (every erased artifact filtered out): one fetch of
     their vectors and one batched query for all of them."""
     if not ids:
         return {}
     own = dict(call(lambda: adapter.stored_vectors(list(ids))))
     asked = [i for i in ids if i in own]
-    results = _search(adapter, call, [own[i] for i in asked], MATCHED_NEIGHBOURS + 1, erased)
-    return {i: nearest_similarities(own[i], res, i) for i, res in zip(asked, results)}
+    results = _search(adapter, call, [own[i] for i in asked], 2, erased)
+    return {i: nearest_similarity(own[i], res, i) for i, res in zip(asked, results)}
 
 
 def _measure_controls(adapter: Any, call: Callable, records: Sequence[Any], erased: set[str],
@@ -338,7 +333,7 @@ def _measure_controls(adapter: Any, call: Callable, records: Sequence[Any], eras
     return out
 
 
-def _choose_controls(adapter: Any, call: Callable, targets: Mapping[str, tuple[np.ndarray, list[float] | None]], erased: set[str],
+def _choose_controls(adapter: Any, call: Callable, targets: Mapping[str, tuple[np.ndarray, float | None]], erased: set[str],
                      erasing: set[str], lookup: Callable[[Sequence[str]], dict[str, Any]], probe_vectors: Callable,
                      matched: bool = True) -> dict[str, list[dict[str, Any]]]:
     """Per erased artifact (``targets``: its vector and its nearest surviving neighbour's similarity), the
@@ -357,7 +352,7 @@ def _choose_controls(adapter: Any, call: Callable, targets: Mapping[str, tuple[n
     chosen: dict[str, list[dict[str, Any]]] = {aid: [] for aid in targets}
     tried: dict[str, set[str]] = {aid: set() for aid in targets}
     records: dict[str, Any] = {}
-    similarity: dict[str, list[float] | None] = {}
+    similarity: dict[str, float | None] = {}
     measured: dict[str, dict[str, Any] | None] = {}
     fetch = POOL if matched else 3 * CONTROLS
     open_targets = list(targets)
@@ -399,7 +394,7 @@ def _choose_controls(adapter: Any, call: Callable, targets: Mapping[str, tuple[n
                     if measured.get(cid) is not None and len(chosen[aid]) < CONTROLS:
                         entry = dict(measured[cid])
                         if matched:
-                            entry["similarities"] = similarity.get(cid)
+                            entry["similarity"] = similarity.get(cid)
                         chosen[aid].append(entry)
         open_targets = [aid for aid, near in zip(open_targets, nears)
                         if len(chosen[aid]) < CONTROLS and len(near.ids) >= fetch]
@@ -450,5 +445,21 @@ def decide(drifts: Sequence[float], control_drifts: Sequence[float], artifact_id
     return Decision(echo, mean, (lo, hi), p, rank, [float(x) for x in c])
 
 
-__all__ = ["ALPHA", "CONFIDENCE", "CONTROLS", "Decision", "MIN_CONTROLS", "MIN_PROBES", "Neighbours", "Snapshot",
-           "TOP", "centroid", "decide", "drift", "probe_queries", "rank_weights", "seed_of", "take_snapshots"]
+__all__ = [
+    "ALPHA",
+    "CONFIDENCE",
+    "CONTROLS",
+    "MIN_CONTROLS",
+    "MIN_PROBES",
+    "TOP",
+    "Decision",
+    "Neighbours",
+    "Snapshot",
+    "centroid",
+    "decide",
+    "drift",
+    "probe_queries",
+    "rank_weights",
+    "seed_of",
+    "take_snapshots",
+]

@@ -21,7 +21,7 @@ import contextlib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any, Protocol, TypeVar
 
 from tombstone.errors import DeadLetterError, PhysicalUnsupportedError, TombstoneError
@@ -51,7 +51,7 @@ class Stage(Protocol):
 
     def unsupported(self, adapter: Any) -> str: ...
 
-    def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]) -> StageOutput: ...
+    def run(self, ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord]) -> StageOutput: ...
 
     # Optional: ``prepared(adapter, artifacts)``, a context manager entered before the first stage runs and
     # left after the last, for work a stage can do while the stages below it run.
@@ -103,7 +103,7 @@ class Verdict:
         return Findings(artifact_id=artifact_id, probes=dict(self.decided), **identity, **self.findings)
 
 
-@lru_cache(maxsize=None)
+@cache
 def stages() -> tuple[Stage, ...]:
     """One stage per level, lowest level first: ``tombstone.verify.<level>.STAGE``."""
     found = []

@@ -49,7 +49,7 @@ class SemanticStage:
             return own
         return f"{adapter.backend} declares no semantic probe"
 
-    def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):
+    def run(self, ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord]):
         from tombstone.verify.runner import StageOutput
 
         out = StageOutput(outcomes={})
@@ -171,12 +171,12 @@ def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours]
     candidates = [{"store": store, "artifact_id": cid, "queries": n}
                   for cid, n in sorted(replaced.items(), key=lambda kv: (-kv[1], kv[0]))[:3]] if decision.echo else []
     matched = snap.meta.get("controls_chosen") == nb.MATCHED
-    similarities = [c.get("similarities") for c in controls]
-    own_similarities = snap.meta.get("nearest_similarities")
+    similarities = [c.get("similarity") for c in controls]
+    own_similarity = snap.meta.get("nearest_similarity")
     evidence = {
         "method": (f"drift of the 1/rank^2-weighted Top-{nb.TOP} centroid of each probe query, before suppression vs"
                    f" after reclaim, ranked among {len(controls)} same-cluster controls of other subjects"
-                   + (" matched on how close their two nearest surviving neighbours are" if matched else "")
+                   + (" matched on how close their nearest surviving neighbour is" if matched else "")
                    + " (removal simulated by filtering); a measurement, not proof"),
         "drift": round(decision.drift, 6),
         "ci": [round(decision.ci[0], 6), round(decision.ci[1], 6)],
@@ -185,7 +185,7 @@ def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours]
         "of": len(controls) + 1,
         "p": round(decision.p, 6),
         "alpha": nb.ALPHA,
-        "nearest_similarities": own_similarities,
+        "nearest_similarity": own_similarity,
         "controls": {"refs": [reference(store, c["id"]) for c in controls],
                      "drifts": [round(x, 6) for x in decision.control_drifts], "median": round(median, 6),
                      "chosen": snap.meta.get("controls_chosen", nb.NEAREST),
@@ -202,9 +202,9 @@ def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours]
     if not decision.echo:
         return ProbeResult(level=Level.SEMANTIC, passed=True, evidence={**evidence, "summary": summary})
     names = ", ".join(f"{c['store']}/{c['artifact_id']}" for c in candidates) or "none returned"
-    known = [x[0] for x in similarities if x]
-    closer = (f"; its nearest surviving neighbour is at cosine {own_similarities[0]:.3f}, the matched controls' at"
-              f" {min(known):.3f}-{max(known):.3f}") if matched and known and own_similarities else ""
+    known = [x for x in similarities if x is not None]
+    closer = (f"; its nearest surviving neighbour is at cosine {own_similarity:.3f}, the matched controls' at"
+              f" {min(known):.3f}-{max(known):.3f}") if matched and known and own_similarity is not None else ""
     measurement = (f"{summary}: the neighbourhood still answers as if it were there{closer}; in its place: {names}")
     return ProbeResult(level=Level.SEMANTIC, passed=False, measurement=measurement, evidence={**evidence, "summary": summary})
 
