@@ -356,7 +356,8 @@ def section(result: dict) -> str:
         "",
         f"Tombstone's measurement (`tombstone.verify.neighbourhood`): up to five probe queries anchored on the"
         " artifact, drift of the 1/rank²-weighted Top-5 centroid, the artifact's mean drift ranked among 20"
-        " same-cluster controls of other subjects (one-sided Mann–Whitney, p ≤ 0.05) with its 95% bootstrap"
+        " same-cluster controls of other subjects, matched on how close their nearest surviving neighbour is"
+        " (one-sided Mann–Whitney, p ≤ 0.05) with its 95% bootstrap"
         f" interval under the controls' median. {TRIALS} targets, four trials each: a clean deletion, or one"
         " echo of the target planted under another subject before the erasure — a near-copy (three words"
         " changed), a paraphrase (the same facts and details, reworded and reordered) or a one-sentence summary"
@@ -384,8 +385,9 @@ def section(result: dict) -> str:
         f" **{det['balanced_accuracy']:.3f}**, against the paper's {PAPER['accuracy']:.3f} for telling a deletion from"
         " none. Near-copies are found most of the time; a paraphrase only when it is closer to the artifact than"
         " the cluster's own near-duplicates are to each other; a one-line summary rarely — a RESIDUAL is a lead, a"
-        " VERIFIED is not proof that no copy exists. About one clean deletion in twenty is called RESIDUAL at this"
-        " level (that is what p ≤ 0.05 means).",
+        " VERIFIED is not proof that no copy exists. At most about one clean deletion in twenty is called RESIDUAL at"
+        " this level (that is what p ≤ 0.05 means; controls matched on their nearest neighbour's closeness make the"
+        " test conservative where neighbours are ordinary).",
         "",
         f"Repeated as real erasures (sagas: snapshot, suppress, rewrite, verify): the receipt's decision equals the"
         f" simulated one in {real['agree']} of {real['trials']} trials, drift within {real['max_drift_difference']:.2g}.",

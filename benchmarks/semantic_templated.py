@@ -5,7 +5,7 @@ filled from 120 templates, the rest free support notes) in one embedded Chroma c
 through Tombstone's wrapper with the offline MiniLM embedder. Every other subject is erased alone (simulated:
 the saga's snapshot on the store, removal by filtering) and each of its artifacts decided twice on the same
 data: with the 20 nearest controls (the choice before matching) and with controls matched on how close their
-two nearest surviving neighbours are (the saga's choice). Then a near-copy of 50 documents planted under
+nearest surviving neighbour is (the saga's choice). Then a near-copy of 50 documents planted under
 another subject, the original corpus of ``benchmarks/semantic.py`` (600 documents in 12 clusters, one subject
 each) with clean deletions, near-copies and paraphrases, a few real erasures whose receipts are searched for
 other subjects' ids, and the snapshot's time per artifact with each choice.
@@ -229,8 +229,8 @@ def section(result: dict) -> str:
         f" median nearest other-subject document is at {t['twin_median']:.2f}). Every other subject is erased alone"
         " (the saga's snapshot on the store, removal by filtering) and each of its artifacts decided twice on the"
         " same data: ranked among its 20 nearest usable controls (*nearest*, the choice before this calibration),"
-        " and among 20 controls chosen from the 100 nearest for how close their two nearest surviving neighbours"
-        " are to them, matched to the erased artifact's own (*matched*, the saga's choice). Planted near-copies"
+        " and among 20 controls chosen from the 100 nearest for how close their nearest surviving neighbour is to"
+        " them, matched to the erased artifact's own (*matched*, the saga's choice). Planted near-copies"
         f" (three words changed, under another subject): {NEAR_COPIES} documents of the templated corpus; the"
         f" original corpus is `benchmarks/semantic.py`'s (600 documents in 12 clusters, one subject each), its"
         f" first {ORIGINAL_TARGETS} trial targets. Called RESIDUAL(semantic): count, rate and 95% interval"
