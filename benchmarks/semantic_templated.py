@@ -135,8 +135,12 @@ def _real(tomb, docs, twin) -> dict:
         receipt, path = tomb.erase(f"subject-{s:03d}")
         text = Path(path).read_text()
         own = {f"doc-{d.index:03d}" for d in docs if d.subject == s}
-        leads = {c["artifact_id"] for a in receipt["artifacts"] for p in a["evidence"]["probes"]
-                 if p["level"] == "semantic" for c in p["detail"].get("in_its_place", [])}
+        leads = set()  # what a RESIDUAL names on purpose: the candidates, and what took its place per probe
+        for a in receipt["artifacts"]:
+            for p in a["evidence"]["probes"]:
+                if p["level"] == "semantic":
+                    leads |= {c["artifact_id"] for c in p["detail"].get("in_its_place", [])}
+                    leads |= {q["in_its_place"] for q in p["detail"].get("probes", []) if isinstance(q["in_its_place"], str)}
         found = set(re.findall(r'"(doc-\d{3})"', text))
         assert own <= found  # the search finds the erased artifacts' own ids
         named_other += len(found - own - leads)

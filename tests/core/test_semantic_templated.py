@@ -210,8 +210,12 @@ def test_a_planted_near_copy_among_templated_twins_is_residual_and_controls_are_
     detail = semantic_probe(entry)["detail"]
     assert detail["controls"]["chosen"] == nb.MATCHED and "ids" not in detail["controls"]
     # the lead (the live artifact now in its place) is named; no other subject's id is
-    leads = {c["artifact_id"] for a in receipt["artifacts"] for c in semantic_probe(a)["detail"].get("in_its_place", [])}
-    assert "echo" in leads
+    leads = set()
+    for a in receipt["artifacts"]:
+        detail = semantic_probe(a)["detail"]
+        leads |= {c["artifact_id"] for c in detail.get("in_its_place", [])}
+        leads |= {p["in_its_place"] for p in detail.get("probes", []) if isinstance(p["in_its_place"], str)}
+    assert "echo" in leads and not leads & own
     # the search can fail: it finds the erased artifacts' own ids in the same text
     assert own <= quoted_ids(text)
     named_controls = {c for cs in controls.values() for c in cs} & quoted_ids(text)

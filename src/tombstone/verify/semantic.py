@@ -12,7 +12,9 @@ artifacts that took the erased one's place (the neighbourhood still answers as i
 the lineage graph does not know); not testable (the artifact is in its own Top-5 for too few of its probe
 queries: UNVERIFIED); not run (no snapshot, the store no longer held it, or too few controls to rank
 against). It is a measurement, not proof, and a side channel: an outsider comparing answers before and
-after can tell that something was deleted.
+after can tell that something was deleted. The receipt names other subjects' artifacts — the controls, and
+for a pass whatever now answers the probes — by keyed reference only (``VerifyContext.reference``); the
+echo candidates of a failure are named in the clear, as the lead a person follows.
 """
 
 from __future__ import annotations
