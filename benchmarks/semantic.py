@@ -35,9 +35,9 @@ KINDS = ("near-copy", "paraphrase", "summary")
 
 def _deployment(tmp: Path, embedder, docs) -> tuple:
     import chromadb
+    from tombstone_adapters.chroma.wrapper import TombstoneCollection
 
     from tombstone import Tombstone, init_deployment
-    from tombstone_adapters.chroma.wrapper import TombstoneCollection
 
     config = init_deployment(tmp / "deploy", {"chunks": {"backend": "chroma", "path": "stores/chroma",
                                                           "collection": "chunks"}},
@@ -325,42 +325,43 @@ def section(result: dict) -> str:
     lines = [
         f"## {HEADINGS[0]}",
         "",
-        f"{DOCS} synthetic documents in 12 clusters (`tombstone.testing.echoes`), one subject each, in an embedded"
+        (f"{DOCS} synthetic documents in 12 clusters (`tombstone.testing.echoes`), one subject each, in an embedded"
         " Chroma collection (cosine), embedded with the offline MiniLM model (all-MiniLM-L6-v2) through"
         f" Tombstone's wrapper. {PAIRS} targets, each paired with a random document of its cluster that stays."
         " The paper's measure: the uniform centroid of the Top-5 of five probe queries (the chunk's own vector,"
-        " its three fragment probes, their mean) before and after the target's deletion.",
+        " its three fragment probes, their mean) before and after the target's deletion."),
         "",
         "| | Ghost Echoes (paper) | this machine |",
         "|---|---|---|",
         f"| median drift, deleted target's queries | {PAPER['median_target']:.3f} | {rep['median_target']:.3f} |",
         f"| median drift, same-cluster control's queries | {PAPER['median_control']:.3f} | {rep['median_control']:.3f} |",
-        f"| deletion inference from the mean drift of 5 queries, deleted vs kept (balanced accuracy at the best"
+        (f"| deletion inference from the mean drift of 5 queries, deleted vs kept (balanced accuracy at the best"
         f" threshold for these pairs) | {PAPER['accuracy']:.3f} |"
-        f" {rep['accuracy']:.3f} |",
-        f"| deleted ids returned in the Top-40 after erasure | never | {rep['top40_returns']} of {rep['top40_queries']}"
-        " queries |",
+        f" {rep['accuracy']:.3f} |"),
+        (f"| deleted ids returned in the Top-40 after erasure | never | {rep['top40_returns']} of {rep['top40_queries']}"
+        " queries |"),
         f"| drift > 0 exactly when the target was in the query's Top-5 | | {rep['agree']} / {rep['probes']} queries |",
-        f"| target's queries drift more when it is deleted than when a random same-cluster document is |"
-        f" | {rep['beats_random']} / {rep['pairs']} |",
+        (f"| target's queries drift more when it is deleted than when a random same-cluster document is |"
+        f" | {rep['beats_random']} / {rep['pairs']} |"),
         f"| ... than when its closest neighbour is | | {rep['beats_closest']} / {rep['pairs']} |",
-        f"| largest drift difference, real erasure (delete + rewrite) vs removal simulated by filtering |"
-        f" | {rep['max_rebuild_difference']:.2g} |",
+        (f"| largest drift difference, real erasure (delete + rewrite) vs removal simulated by filtering |"
+        f" | {rep['max_rebuild_difference']:.2g} |"),
         "",
-        f"Absolute drift depends on the corpus and the embedder (here {rep['median_target'] / PAPER['median_target']:.0%}"
+        (f"Absolute drift depends on the corpus and the embedder (here {rep['median_target'] / PAPER['median_target']:.0%}"
         " of the paper's), so the semantic level"
         " never uses a fixed threshold: it ranks each erased artifact among controls from the same data. The real"
-        " erasure (one batch saga: delete, rewrite from survivors) gives the drift the simulated removal gives.",
+        " erasure (one batch saga: delete, rewrite from survivors) gives the drift the simulated removal gives."),
         "",
         f"## {HEADINGS[1]}",
         "",
-        f"Tombstone's measurement (`tombstone.verify.neighbourhood`): up to five probe queries anchored on the"
+        (f"Tombstone's measurement (`tombstone.verify.neighbourhood`): up to five probe queries anchored on the"
         " artifact, drift of the 1/rank²-weighted Top-5 centroid, the artifact's mean drift ranked among 20"
-        " same-cluster controls of other subjects (one-sided Mann–Whitney, p ≤ 0.05) with its 95% bootstrap"
+        " same-cluster controls of other subjects, matched on how close their nearest surviving neighbour is"
+        " (one-sided Mann–Whitney, p ≤ 0.05) with its 95% bootstrap"
         f" interval under the controls' median. {TRIALS} targets, four trials each: a clean deletion, or one"
         " echo of the target planted under another subject before the erasure — a near-copy (three words"
         " changed), a paraphrase (the same facts and details, reworded and reordered) or a one-sentence summary"
-        " of its key details. Each decided as the saga decides (snapshot on the store, removal by filtering).",
+        " of its key details. Each decided as the saga decides (snapshot on the store, removal by filtering)."),
         "",
         "| trial | called RESIDUAL(semantic) | rate | 95% CI (Wilson) |",
         "|---|---|---|---|",
@@ -380,15 +381,16 @@ def section(result: dict) -> str:
         " centroid moves as much when the first result is an echo as when it is not: anchoring the queries on"
         " the artifact and weighting the Top-5 by 1/rank² are what make the echo visible.",
         "",
-        f"Balanced accuracy with five probe queries (echoes pooled against clean deletions):"
+        (f"Balanced accuracy with five probe queries (echoes pooled against clean deletions):"
         f" **{det['balanced_accuracy']:.3f}**, against the paper's {PAPER['accuracy']:.3f} for telling a deletion from"
         " none. Near-copies are found most of the time; a paraphrase only when it is closer to the artifact than"
         " the cluster's own near-duplicates are to each other; a one-line summary rarely — a RESIDUAL is a lead, a"
-        " VERIFIED is not proof that no copy exists. About one clean deletion in twenty is called RESIDUAL at this"
-        " level (that is what p ≤ 0.05 means).",
+        " VERIFIED is not proof that no copy exists. At most about one clean deletion in twenty is called RESIDUAL at"
+        " this level (that is what p ≤ 0.05 means; controls matched on their nearest neighbour's closeness make the"
+        " test conservative where neighbours are ordinary)."),
         "",
-        f"Repeated as real erasures (sagas: snapshot, suppress, rewrite, verify): the receipt's decision equals the"
-        f" simulated one in {real['agree']} of {real['trials']} trials, drift within {real['max_drift_difference']:.2g}.",
+        (f"Repeated as real erasures (sagas: snapshot, suppress, rewrite, verify): the receipt's decision equals the"
+        f" simulated one in {real['agree']} of {real['trials']} trials, drift within {real['max_drift_difference']:.2g}."),
         "",
         f"## {HEADINGS[2]}",
         "",
@@ -400,7 +402,7 @@ def section(result: dict) -> str:
         f"| semantic decision, after reclaim (queries again, noise floor, tests) | {cost['decide_s'] * 1000:.0f} ms |",
         f"| physical probe (byte scan of every file of the store, shared by the batch) | {cost['physical_s'] * 1000:.0f} ms |",
         "",
-        f"The snapshot keeps {cost['snapshot_bytes'] / 1024:.0f} KiB per artifact in the lineage db until the receipt"
-        f" is sealed. The whole benchmark ran in {result['seconds'] / 60:.1f} minutes.",
+        (f"The snapshot keeps {cost['snapshot_bytes'] / 1024:.0f} KiB per artifact in the lineage db until the receipt"
+        f" is sealed. The whole benchmark ran in {result['seconds'] / 60:.1f} minutes."),
     ]
     return "\n".join(lines)

@@ -18,7 +18,10 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tombstone.display import normal_subject
@@ -134,7 +137,7 @@ class LineageSecret:
     """32 random bytes."""
 
     @classmethod
-    def load(cls, keys_dir: Path) -> "LineageSecret":
+    def load(cls, keys_dir: Path) -> LineageSecret:
         path = keys_dir / LINEAGE_SECRET
         try:
             text = read_key_file(path, "lineage secret").decode("ascii").strip()
@@ -169,6 +172,13 @@ class LineageSecret:
         except ValueError as exc:
             raise KeyMaterialError("a content hash must be a SHA-256 hex digest") from exc
         return hmac.new(self._derive(b"content"), digest, hashlib.sha256).hexdigest()
+
+    def artifact_ref(self, store: str, artifact_id: str) -> str:
+        """A keyed reference to an artifact (32 hex digits of an HMAC over the store and the id): how a receipt
+        names another subject's artifact without naming it. The same artifact gets the same reference in every
+        receipt of this deployment; only a holder of the secret can tell which artifact it is."""
+        message = store.encode("utf-8") + b"\x00" + artifact_id.encode("utf-8")
+        return hmac.new(self._derive(b"artifact-reference"), message, hashlib.sha256).hexdigest()[:32]
 
     def seal(self, plaintext: bytes) -> bytes:
         nonce = os.urandom(12)

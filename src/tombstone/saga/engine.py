@@ -448,6 +448,7 @@ class Saga:
                 semantic_snapshots=self.lineage.semantic_snapshots,
                 model_snapshots=self.lineage.model_snapshots,
                 enabled=self.ctx.levels,
+                reference=self.lineage.secret.artifact_ref,
             )
             try:
                 verdicts = runner.run(verify_ctx, self.ctx.adapter(store), arts)

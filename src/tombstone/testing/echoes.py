@@ -352,8 +352,8 @@ class MemoryStore:
     def __init__(self, store: str = "memory") -> None:
         self.store = store
         self.ids: list[str] = []
-        self.vectors: dict[str, "np.ndarray"] = {}
-        self.fragments: dict[str, list["np.ndarray"]] = {}
+        self.vectors: dict[str, np.ndarray] = {}
+        self.fragments: dict[str, list[np.ndarray]] = {}
         self.records: dict[str, Any] = {}
 
     def add(self, aid: str, vector, fragments, subject: str) -> None:
@@ -406,13 +406,15 @@ class MemoryStore:
         return self.records.get(aid)
 
 
-def measure(store: "MemoryStore", erased: list[str], focus: str):
+def measure(store: MemoryStore, erased: list[str], focus: str, matched: bool = True):
     """The semantic level's decision for ``focus`` when ``erased`` are removed (filtered out): what the
-    saga's snapshot and verify steps compute, on a :class:`MemoryStore`. None when not measured."""
+    saga's snapshot and verify steps compute, on a :class:`MemoryStore`. None when not measured.
+    ``matched=False``: with the nearest controls instead of matched ones (the choice before that calibration)."""
     from tombstone.verify import neighbourhood as nb
 
     records = [store.records[aid] for aid in erased]
-    snap = nb.take_snapshots(store, records, probe_vectors=store.probe_vectors, artifact=store.artifact)[focus]
+    snap = nb.take_snapshots(store, records, probe_vectors=store.probe_vectors, artifact=store.artifact,
+                             matched=matched)[focus]
     if snap.meta.get("outcome") != "measured":
         return None
     after = store.semantic_neighbours(snap.queries, nb.TOP, frozenset(erased))
@@ -420,5 +422,15 @@ def measure(store: "MemoryStore", erased: list[str], focus: str):
     return nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]], focus)
 
 
-__all__ = ["Document", "ECHOES", "MemoryStore", "TOPICS", "Topic", "corpus", "measure", "near_copy", "paraphrase",
-           "summary"]
+__all__ = [
+    "ECHOES",
+    "TOPICS",
+    "Document",
+    "MemoryStore",
+    "Topic",
+    "corpus",
+    "measure",
+    "near_copy",
+    "paraphrase",
+    "summary",
+]

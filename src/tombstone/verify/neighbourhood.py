@@ -13,10 +13,17 @@ gives is dominated by its first results, and an echo is a neighbour that takes t
 place. A clean deletion leaves a hole the size of a normal same-cluster deletion; a *smaller* hole — the
 neighbourhood still answers as if the artifact were there — is the echo.
 
-**Controls** are the live artifacts of other subjects nearest to the erased one, chosen when the snapshot
-is taken (before suppression): their removal is simulated by filtering them out of the results (nothing
-is deleted), with every artifact of the batch filtered out too, and their drifts under their own probe
-queries are the reference distribution. The target's drift is measured after reclaim, on the store itself.
+**Controls** are live artifacts of other subjects near the erased one, chosen when the snapshot is taken
+(before suppression): their removal is simulated by filtering them out of the results (nothing is deleted),
+with every artifact of the batch filtered out too, and their drifts under their own probe queries are the
+reference distribution. The target's drift is measured after reclaim, on the store itself. The size of a
+hole depends most on how close the neighbours are that take the deleted artifact's place, so the controls
+are **matched** on it: among the ``POOL`` nearest candidates, those whose nearest surviving neighbour is
+about as close to them as the erased artifact's is to it. In a corpus of templated documents (forms, support
+notes that differ in a name, a date, an amount) an artifact with another subject's near-twin leaves a small
+hole whether or not anything of it survives; ranked among ordinary neighbours it would be called an echo
+far more often than the test's level. The price: an echo no closer to the artifact than the corpus's own
+near-twins are to theirs is no longer told from one (RESULTS.md measures both).
 
 The **decision** is a rank test of the target's mean drift among the controls' (``scipy.stats.mannwhitneyu``,
 one-sided) together with a bootstrap confidence interval of that mean over its probe queries
@@ -53,6 +60,9 @@ CONFIDENCE = 0.95
 """Confidence level of the bootstrap interval."""
 RESAMPLES = 2000
 """Bootstrap resamples."""
+POOL = 5 * CONTROLS
+"""How many live artifacts of other subjects nearest to the erased one are the candidates its controls are
+matched from (in the first round)."""
 CANDIDATE_ROUNDS = 4
 """How many times the search for controls widens (×2 each) before it gives up."""
 VERSION = 1
@@ -149,7 +159,7 @@ class Snapshot:
         return meta, b"".join(a.tobytes() for a in arrays)
 
     @classmethod
-    def decode(cls, meta: dict[str, Any], blob: bytes) -> "Snapshot":
+    def decode(cls, meta: dict[str, Any], blob: bytes) -> Snapshot:
         layout = meta.get("layout") or {"queries": [0, 0], "baselines": []}
         n, dim = layout["queries"]
         flat = np.frombuffer(blob, dtype="<f4")
@@ -183,19 +193,25 @@ def _control_drifts(results: Sequence[Neighbours], control: str) -> list[tuple[i
 
 
 def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Callable[[Sequence[Any]], Mapping[str, Sequence[Any]]],
-                   artifact: Callable[[str, str], Any], call: Callable = lambda action: action()) -> dict[str, Snapshot]:
+                   artifact: Callable[[str, str], Any], call: Callable = lambda action: action(),
+                   artifacts_many: Callable[[Iterable[tuple[str, str]]], Mapping[tuple[str, str], Any]] | None = None,
+                   matched: bool = True) -> dict[str, Snapshot]:
     """Measure, before suppression, the neighbourhood of every artifact of one store that a batch erases.
 
     ``probe_vectors`` gives the fragment probes of artifact records (the lineage db's); ``artifact(store, id)``
-    the lineage record of an id (to choose controls: live artifacts of subjects not being erased); ``call``
-    runs each store operation (the saga's retries). Returns one :class:`Snapshot` per artifact; its
-    ``meta["outcome"]`` is ``measured``, ``not testable``, ``too few controls`` or ``not in the store``.
+    the lineage record of an id, or ``artifacts_many`` those of many (store, id) pairs at once (to choose
+    controls: live artifacts of subjects not being erased); ``call`` runs each store operation (the saga's
+    retries). ``matched``: choose the controls matched on how close their nearest surviving neighbours are
+    (:func:`_choose_controls`); False: the nearest ones (the choice before that calibration, kept so the
+    benchmark can compare the two on the same data). Returns one :class:`Snapshot` per artifact; its ``meta["outcome"]`` is
+    ``measured``, ``not testable``, ``too few controls`` or ``not in the store``.
     """
     erased = {a.artifact_id for a in artifacts}
     erasing_subjects = {a.subject_key for a in artifacts}
     own = dict(call(lambda: adapter.stored_vectors(sorted(erased))))
     fragments = probe_vectors(list(artifacts))
     out: dict[str, Snapshot] = {}
+    pending: dict[str, tuple[dict[str, Any], list[np.ndarray], list[np.ndarray]]] = {}
     for art in artifacts:
         aid = art.artifact_id
         if aid not in own:
@@ -218,7 +234,8 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
             baselines.append(res.vectors[:TOP])
             repeat.append(drift(res.vectors[:TOP], res2.vectors[:TOP]))
         meta: dict[str, Any] = {"version": VERSION, "probes": probes, "unusable": unusable,
-                                "queries_asked": len(queries), "noise_floor_repeat": max(repeat, default=0.0)}
+                                "queries_asked": len(queries), "noise_floor_repeat": max(repeat, default=0.0),
+                                "nearest_similarity": nearest_similarity(own[aid], first[0], aid) if first else None}
         if len(probes) < MIN_PROBES:
             meta.update(outcome="not testable",
                         why=f"it is in its own Top-{TOP} for {len(probes)} of its {len(queries)} probe queries"
@@ -226,8 +243,14 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
                                else f", fewer than the {MIN_PROBES} a measurement needs"))
             out[aid] = Snapshot(meta)
             continue
-        controls = _choose_controls(adapter, call, own[aid], erased, erasing_subjects, artifact, probe_vectors)
+        pending[aid] = (meta, kept_queries, baselines)
+    lookup = _lookup(adapter.store, artifact, artifacts_many)
+    chosen = _choose_controls(adapter, call, {aid: (own[aid], meta["nearest_similarity"]) for aid, (meta, _, _) in pending.items()},
+                              erased, erasing_subjects, lookup, probe_vectors, matched)
+    for aid, (meta, kept_queries, baselines) in pending.items():
+        controls = chosen[aid]
         meta["controls"] = controls
+        meta["controls_chosen"] = MATCHED if matched else NEAREST
         if len(controls) < MIN_CONTROLS:
             meta.update(outcome="too few controls",
                         why=f"the store holds {len(controls)} live artifacts of other subjects whose own probes"
@@ -239,54 +262,144 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
     return out
 
 
-def _choose_controls(adapter: Any, call: Callable, vector: np.ndarray, erased: set[str], erasing: set[str],
-                     artifact: Callable[[str, str], Any], probe_vectors: Callable) -> list[dict[str, Any]]:
-    """The ``CONTROLS`` live artifacts of other subjects nearest to ``vector`` that their own probes find,
-    with their drifts: each one's removal simulated by filtering it out (with every erased artifact)."""
-    store = adapter.store
-    chosen: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    fetch = 3 * CONTROLS
+MATCHED = "matched on how close their nearest surviving neighbour is"
+NEAREST = "nearest"
+
+
+def nearest_similarity(vector: np.ndarray, res: Neighbours, self_id: str) -> float | None:
+    """Cosine similarity between ``vector`` and the first result of ``res`` that is not ``self_id``: how close
+    the neighbour is that takes its place when it goes (what the size of the hole depends on most); None
+    when the store returned no other."""
+    for aid, row in zip(res.ids, res.vectors):
+        if aid != self_id:
+            a, b = np.asarray(vector, dtype=np.float64).ravel(), np.asarray(row, dtype=np.float64).ravel()
+            norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
+            return round(float(a @ b) / norms, 6) if norms else 0.0
+    return None
+
+
+def similarity_gap(a: float | None, b: float | None) -> float:
+    """How far apart two artifacts' nearest-neighbour similarities are (inf when one is unknown)."""
+    return math.inf if a is None or b is None else abs(a - b)
+
+
+def _lookup(store: str, artifact: Callable, artifacts_many: Callable | None) -> Callable[[Sequence[str]], dict[str, Any]]:
+    """The lineage records of many ids of ``store`` (one query where the lineage answers many at once)."""
+    if artifacts_many is not None:
+        return lambda ids: {aid: rec for (_, aid), rec in artifacts_many([(store, i) for i in ids]).items()}
+    return lambda ids: {aid: rec for aid in ids if (rec := artifact(store, aid)) is not None}
+
+
+def _similarities(adapter: Any, call: Callable, ids: Sequence[str], erased: set[str]) -> dict[str, float | None]:
+    """Each id's nearest surviving neighbour's similarity (every erased artifact filtered out): one fetch of
+    their vectors and one batched query for all of them."""
+    if not ids:
+        return {}
+    own = dict(call(lambda: adapter.stored_vectors(list(ids))))
+    asked = [i for i in ids if i in own]
+    results = _search(adapter, call, [own[i] for i in asked], 2, erased)
+    return {i: nearest_similarity(own[i], res, i) for i, res in zip(asked, results)}
+
+
+def _measure_controls(adapter: Any, call: Callable, records: Sequence[Any], erased: set[str],
+                      probe_vectors: Callable) -> dict[str, dict[str, Any] | None]:
+    """Each candidate's removal simulated by filtering it out (with every erased artifact): its usable probe
+    queries, their ranks and drifts; None for one its own probes do not find. One batched query."""
+    own = dict(call(lambda: adapter.stored_vectors([r.artifact_id for r in records])))
+    frags = probe_vectors([r for r in records if r.artifact_id in own])
+    asked: list[tuple[str, str, np.ndarray]] = []
+    for rec in records:
+        if rec.artifact_id in own:
+            asked += [(rec.artifact_id, label, q)
+                      for label, q in probe_queries(own[rec.artifact_id], frags.get(rec.artifact_id, []))]
+    results = _search(adapter, call, [q for _, _, q in asked], TOP + 1, erased)
+    by_control: dict[str, list] = {}
+    for (cid, label, _), res in zip(asked, results):
+        by_control.setdefault(cid, []).append((label, res))
+    out: dict[str, dict[str, Any] | None] = {}
+    for rec in records:
+        cid = rec.artifact_id
+        out[cid] = None
+        if cid not in by_control:
+            continue
+        labels = [label for label, _ in by_control[cid]]
+        measured = _control_drifts([res for _, res in by_control[cid]], cid)
+        usable = [(label, m) for label, m in zip(labels, measured) if m is not None]
+        if len(usable) < MIN_PROBES:
+            continue
+        own_top = measured[0][2] if measured[0] is not None else by_control[cid][0][1].ids[:TOP]
+        out[cid] = {"id": cid, "labels": [label for label, _ in usable], "ranks": [m[0] for _, m in usable],
+                    "drifts": [m[1] for _, m in usable], "own_baseline": own_top}
+    return out
+
+
+def _choose_controls(adapter: Any, call: Callable, targets: Mapping[str, tuple[np.ndarray, float | None]], erased: set[str],
+                     erasing: set[str], lookup: Callable[[Sequence[str]], dict[str, Any]], probe_vectors: Callable,
+                     matched: bool = True) -> dict[str, list[dict[str, Any]]]:
+    """Per erased artifact (``targets``: its vector and its nearest surviving neighbour's similarity), the
+    ``CONTROLS`` live artifacts of other subjects whose own probes find them, with their drifts.
+
+    Matched (the default): among the ``POOL`` nearest to it, those whose own nearest surviving neighbour is
+    about as close as its own (smallest difference of the two similarities first, nearer ones first among
+    equals). The hole a deletion leaves depends most on how close the neighbour is that takes the deleted
+    artifact's place: in a corpus of templated documents an artifact with another subject's near-twin
+    leaves a small hole whether or not anything of it survives, and ranked among ordinary neighbours it
+    would be called an echo far more often than the test's level. Unmatched: the nearest ones.
+
+    Batched across the targets: one query for every target's neighbourhood, one for the candidates'
+    similarities and one per round of control measurements; a candidate shared by several targets is
+    measured once. The search widens (×2) up to ``CANDIDATE_ROUNDS`` times for a target short of controls."""
+    chosen: dict[str, list[dict[str, Any]]] = {aid: [] for aid in targets}
+    tried: dict[str, set[str]] = {aid: set() for aid in targets}
+    records: dict[str, Any] = {}
+    similarity: dict[str, float | None] = {}
+    measured: dict[str, dict[str, Any] | None] = {}
+    fetch = POOL if matched else 3 * CONTROLS
+    open_targets = list(targets)
     for _ in range(CANDIDATE_ROUNDS):
-        [near] = _search(adapter, call, [vector], fetch, erased)
-        fresh = [aid for aid in near.ids if aid not in seen]
-        seen.update(fresh)
-        records = []
-        for aid in fresh:
-            rec = artifact(store, aid)
-            if rec is not None and rec.state == "live" and rec.subject_key not in erasing:
-                records.append(rec)
-        while records and len(chosen) < CONTROLS:
-            # nearest first, a few more than are still needed at a time (some may not be usable)
-            batch, records = records[: CONTROLS - len(chosen) + 2], records[CONTROLS - len(chosen) + 2 :]
-            own = dict(call(lambda: adapter.stored_vectors([r.artifact_id for r in batch])))
-            frags = probe_vectors([r for r in batch if r.artifact_id in own])
-            asked: list[tuple[str, str, np.ndarray]] = []
-            for rec in batch:
-                if rec.artifact_id in own:
-                    asked += [(rec.artifact_id, label, q)
-                              for label, q in probe_queries(own[rec.artifact_id], frags.get(rec.artifact_id, []))]
-            results = _search(adapter, call, [q for _, _, q in asked], TOP + 1, erased)
-            by_control: dict[str, list] = {}
-            for (cid, label, _), res in zip(asked, results):
-                by_control.setdefault(cid, []).append((label, res))
-            for rec in batch:
-                cid = rec.artifact_id
-                if cid not in by_control or len(chosen) >= CONTROLS:
-                    continue
-                labels = [label for label, _ in by_control[cid]]
-                measured = _control_drifts([res for _, res in by_control[cid]], cid)
-                usable = [(label, m) for label, m in zip(labels, measured) if m is not None]
-                if len(usable) < MIN_PROBES:
-                    continue
-                own_top = measured[0][2] if measured[0] is not None else by_control[cid][0][1].ids[:TOP]
-                chosen.append({"id": cid, "labels": [label for label, _ in usable],
-                               "ranks": [m[0] for _, m in usable], "drifts": [m[1] for _, m in usable],
-                               "own_baseline": own_top})
-        if len(chosen) >= CONTROLS or len(near.ids) < fetch:
+        if not open_targets:
             break
+        nears = _search(adapter, call, [targets[aid][0] for aid in open_targets], fetch, erased)
+        fresh = sorted({i for near in nears for i in near.ids} - records.keys())
+        found = lookup(fresh)
+        records.update({i: found.get(i) for i in fresh})
+        eligible = {i for i in fresh if records[i] is not None and records[i].state == "live"
+                    and records[i].subject_key not in erasing}
+        if matched:
+            similarity.update(_similarities(adapter, call, sorted(eligible - similarity.keys()), erased))
+        queues: dict[str, list[str]] = {}
+        for aid, near in zip(open_targets, nears):
+            candidates = [i for i in near.ids if records.get(i) is not None and records[i].state == "live"
+                          and records[i].subject_key not in erasing and i not in tried[aid]]
+            own_similarity = targets[aid][1]
+            if matched and own_similarity is not None:
+                position = {i: n for n, i in enumerate(candidates)}
+                candidates.sort(key=lambda i: (similarity_gap(similarity.get(i), own_similarity), position[i]))
+            queues[aid] = candidates
+        while True:
+            # each target's next few candidates (a few more than it still needs: some may not be usable)
+            batches = {}
+            for aid, queue in queues.items():
+                need = CONTROLS - len(chosen[aid])
+                if need > 0 and queue:
+                    batches[aid], queues[aid] = queue[: need + 2], queue[need + 2 :]
+            if not batches:
+                break
+            todo = sorted({i for batch in batches.values() for i in batch} - measured.keys())
+            if todo:
+                measured.update(_measure_controls(adapter, call, [records[i] for i in todo], erased, probe_vectors))
+            for aid, batch in batches.items():
+                for cid in batch:
+                    tried[aid].add(cid)
+                    if measured.get(cid) is not None and len(chosen[aid]) < CONTROLS:
+                        entry = dict(measured[cid])
+                        if matched:
+                            entry["similarity"] = similarity.get(cid)
+                        chosen[aid].append(entry)
+        open_targets = [aid for aid, near in zip(open_targets, nears)
+                        if len(chosen[aid]) < CONTROLS and len(near.ids) >= fetch]
         fetch *= 2
-    return chosen[:CONTROLS]
+    return chosen
 
 
 # -- decision ---------------------------------------------------------------------------------
@@ -332,5 +445,21 @@ def decide(drifts: Sequence[float], control_drifts: Sequence[float], artifact_id
     return Decision(echo, mean, (lo, hi), p, rank, [float(x) for x in c])
 
 
-__all__ = ["ALPHA", "CONFIDENCE", "CONTROLS", "Decision", "MIN_CONTROLS", "MIN_PROBES", "Neighbours", "Snapshot",
-           "TOP", "centroid", "decide", "drift", "probe_queries", "rank_weights", "seed_of", "take_snapshots"]
+__all__ = [
+    "ALPHA",
+    "CONFIDENCE",
+    "CONTROLS",
+    "MIN_CONTROLS",
+    "MIN_PROBES",
+    "TOP",
+    "Decision",
+    "Neighbours",
+    "Snapshot",
+    "centroid",
+    "decide",
+    "drift",
+    "probe_queries",
+    "rank_weights",
+    "seed_of",
+    "take_snapshots",
+]

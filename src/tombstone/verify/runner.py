@@ -21,7 +21,7 @@ import contextlib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any, Protocol, TypeVar
 
 from tombstone.errors import DeadLetterError, PhysicalUnsupportedError, TombstoneError
@@ -51,7 +51,7 @@ class Stage(Protocol):
 
     def unsupported(self, adapter: Any) -> str: ...
 
-    def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]) -> StageOutput: ...
+    def run(self, ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord]) -> StageOutput: ...
 
     # Optional: ``prepared(adapter, artifacts)``, a context manager entered before the first stage runs and
     # left after the last, for work a stage can do while the stages below it run.
@@ -79,6 +79,10 @@ class VerifyContext:
     example before suppression (the model level); None for a verifier without one."""
     enabled: frozenset[Level] = ALL_LEVELS
     """The levels the deployment enables."""
+    reference: Callable[[str, str], str] | None = None
+    """``(store, artifact id) -> keyed reference``: how a receipt names another subject's artifact that it must
+    not name in the clear (the semantic level's controls): an HMAC with the lineage secret. None: a hash salted
+    afresh for each verification (nobody can check it against an id)."""
     record_errors: bool = False
     """Store failures become NotRun instead of propagating (the auditor)."""
 
@@ -99,7 +103,7 @@ class Verdict:
         return Findings(artifact_id=artifact_id, probes=dict(self.decided), **identity, **self.findings)
 
 
-@lru_cache(maxsize=None)
+@cache
 def stages() -> tuple[Stage, ...]:
     """One stage per level, lowest level first: ``tombstone.verify.<level>.STAGE``."""
     found = []

@@ -12,11 +12,16 @@ artifacts that took the erased one's place (the neighbourhood still answers as i
 the lineage graph does not know); not testable (the artifact is in its own Top-5 for too few of its probe
 queries: UNVERIFIED); not run (no snapshot, the store no longer held it, or too few controls to rank
 against). It is a measurement, not proof, and a side channel: an outsider comparing answers before and
-after can tell that something was deleted.
+after can tell that something was deleted. The receipt names other subjects' artifacts — the controls, and
+for a pass whatever now answers the probes — by keyed reference only (``VerifyContext.reference``); the
+echo candidates of a failure are named in the clear, as the lead a person follows.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -46,7 +51,7 @@ class SemanticStage:
             return own
         return f"{adapter.backend} declares no semantic probe"
 
-    def run(self, ctx: "VerifyContext", adapter: Any, artifacts: Sequence[ArtifactRecord]):
+    def run(self, ctx: VerifyContext, adapter: Any, artifacts: Sequence[ArtifactRecord]):
         from tombstone.verify.runner import StageOutput
 
         out = StageOutput(outcomes={})
@@ -59,6 +64,7 @@ class SemanticStage:
         measured = {aid: s for aid, s in snaps.items() if s.meta.get("outcome") == "measured"}
         erased = frozenset(a.artifact_id for a in artifacts)
         failed = None
+        reference = ctx.reference or _salted_reference()
         try:
             after = _after(ctx.call, adapter, measured, erased)
             noise = _noise_floor(ctx.call, adapter, measured, erased)
@@ -75,7 +81,7 @@ class SemanticStage:
                 out.outcomes[aid] = NotRun(self.level, failed)
             elif aid in measured:
                 try:
-                    out.outcomes[aid] = _outcome(adapter.store, aid, snap, after[aid], noise.get(aid, {}))
+                    out.outcomes[aid] = _outcome(adapter.store, aid, snap, after[aid], noise.get(aid, {}), reference)
                 except Exception as exc:  # noqa: BLE001 - as above, for this artifact alone
                     out.outcomes[aid] = NotRun(self.level, f"the semantic measurement failed: {type(exc).__name__}: {exc}")
             else:
@@ -95,6 +101,13 @@ NO_SNAPSHOT_HERE = ("an independent verifier has no snapshot of the neighbourhoo
                     " the semantic level cannot be measured here")
 NO_SNAPSHOT = ("no snapshot of its neighbourhood was taken before suppression (the semantic level was not enabled"
                " when this erasure began)")
+
+
+def _salted_reference() -> Callable[[str, str], str]:
+    """References for a verification without the lineage secret: an HMAC under a salt drawn for this run and
+    never kept, so nobody can check one against a guessed id."""
+    salt = secrets.token_bytes(32)
+    return lambda store, aid: hmac.new(salt, f"{store}\x00{aid}".encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def _after(call: Callable, adapter: Any, measured: dict[str, nb.Snapshot], erased: frozenset[str]) -> dict[str, list[nb.Neighbours]]:
@@ -138,7 +151,8 @@ def _noise_floor(call: Callable, adapter: Any, measured: dict[str, nb.Snapshot],
     return out
 
 
-def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours], noise: dict[str, float]) -> ProbeResult:
+def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours], noise: dict[str, float],
+             reference: Callable[[str, str], str]) -> ProbeResult:
     probes, drifts, replaced = [], [], Counter()
     for probe, before, res in zip(snap.meta["probes"], snap.baselines, after):
         d = nb.drift(before, res.vectors[: nb.TOP])
@@ -152,12 +166,20 @@ def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours]
     controls = snap.meta["controls"]
     decision = nb.decide(drifts, [float(np.mean(c["drifts"])) for c in controls], aid)
     median = float(np.median(decision.control_drifts))
+    if not decision.echo:
+        # not a lead: the artifacts of other subjects that now answer its probes are named by keyed reference only
+        for probe in probes:
+            probe["in_its_place"] = None if probe["in_its_place"] is None else {"ref": reference(store, probe["in_its_place"])}
     candidates = [{"store": store, "artifact_id": cid, "queries": n}
-                  for cid, n in sorted(replaced.items(), key=lambda kv: (-kv[1], kv[0]))[:3]]
+                  for cid, n in sorted(replaced.items(), key=lambda kv: (-kv[1], kv[0]))[:3]] if decision.echo else []
+    matched = snap.meta.get("controls_chosen") == nb.MATCHED
+    similarities = [c.get("similarity") for c in controls]
+    own_similarity = snap.meta.get("nearest_similarity")
     evidence = {
         "method": (f"drift of the 1/rank^2-weighted Top-{nb.TOP} centroid of each probe query, before suppression vs"
-                   f" after reclaim, ranked among {len(controls)} same-cluster controls of other subjects (removal"
-                   " simulated by filtering); a measurement, not proof"),
+                   f" after reclaim, ranked among {len(controls)} same-cluster controls of other subjects"
+                   + (" matched on how close their nearest surviving neighbour is" if matched else "")
+                   + " (removal simulated by filtering); a measurement, not proof"),
         "drift": round(decision.drift, 6),
         "ci": [round(decision.ci[0], 6), round(decision.ci[1], 6)],
         "confidence": nb.CONFIDENCE,
@@ -165,8 +187,11 @@ def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours]
         "of": len(controls) + 1,
         "p": round(decision.p, 6),
         "alpha": nb.ALPHA,
-        "controls": {"ids": [c["id"] for c in controls], "drifts": [round(x, 6) for x in decision.control_drifts],
-                     "median": round(median, 6)},
+        "nearest_similarity": own_similarity,
+        "controls": {"refs": [reference(store, c["id"]) for c in controls],
+                     "drifts": [round(x, 6) for x in decision.control_drifts], "median": round(median, 6),
+                     "chosen": snap.meta.get("controls_chosen", nb.NEAREST),
+                     **({"similarities": similarities} if matched else {})},
         "probes": probes,
         "unusable_queries": snap.meta.get("unusable", []),
         "noise_floor": {"repeat_before_suppression": round(float(snap.meta.get("noise_floor_repeat", 0.0)), 6),
@@ -179,7 +204,10 @@ def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours]
     if not decision.echo:
         return ProbeResult(level=Level.SEMANTIC, passed=True, evidence={**evidence, "summary": summary})
     names = ", ".join(f"{c['store']}/{c['artifact_id']}" for c in candidates) or "none returned"
-    measurement = (f"{summary}: the neighbourhood still answers as if it were there; in its place: {names}")
+    known = [x for x in similarities if x is not None]
+    closer = (f"; its nearest surviving neighbour is at cosine {own_similarity:.3f}, the matched controls' at"
+              f" {min(known):.3f}-{max(known):.3f}") if matched and known and own_similarity is not None else ""
+    measurement = (f"{summary}: the neighbourhood still answers as if it were there{closer}; in its place: {names}")
     return ProbeResult(level=Level.SEMANTIC, passed=False, measurement=measurement, evidence={**evidence, "summary": summary})
 
 
@@ -201,7 +229,7 @@ def snapshot(adapter: Any, artifacts: Sequence[ArtifactRecord], lineage: Any, ow
         if fresh:
             with adapter.store_lock():
                 snaps.update(nb.take_snapshots(adapter, fresh, probe_vectors=lineage.probe_vectors,
-                                               artifact=lineage.artifact))
+                                               artifact=lineage.artifact, artifacts_many=lineage.artifacts_many))
     except Exception as exc:  # noqa: BLE001 - a store error or a broken measurement must not stop the erasure
         error = str(exc) if isinstance(exc, TombstoneError) else f"{type(exc).__name__}: {exc}"
         snaps.update({a.artifact_id: nb.Snapshot({"version": nb.VERSION, "outcome": "failed",
