@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 Embedder = Callable[[list[str]], "np.ndarray | Sequence[Sequence[float]]"]
+"""Any callable from a list of texts to one vector per text."""
 
 
 def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
