@@ -51,7 +51,7 @@ def test_the_default_demo_decides_the_semantic_level_on_its_chroma_store(default
         # the control: each probe query found the chunk first before suppression, and it was ranked among
         # enough chunks of other subjects (the rank test's controls) to decide
         assert all(q["rank_before"] == 1 for q in semantic["detail"]["probes"])
-        assert semantic["detail"]["of"] >= 20 and len(semantic["detail"]["controls"]["ids"]) >= 19
+        assert semantic["detail"]["of"] >= 20 and len(semantic["detail"]["controls"]["refs"]) >= 19
     lines = printed_levels(output)
     assert lines == level_lines(receipt)
     assert lines[0] == f"logical:  {len(receipt['artifacts'])} passed"
