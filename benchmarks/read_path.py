@@ -20,7 +20,9 @@ import numpy as np
 
 from tombstone import ArtifactRecord, Tombstone, init_deployment
 
-HEADINGS = ("Read path: raw store vs wrapper, nothing, 100 and 5% suppressed",)
+HEADINGS = ("Read path: raw store vs wrapper, nothing and 100 suppressed",)
+"""(The table also has a 5%-suppressed cell per backend and size since that case was added; the heading is
+kept as the published section's until the table is measured again.)"""
 SIZES = tuple(int(n) for n in os.environ.get("TOMBSTONE_BENCH_READ_SIZES", "2000,20000,100000").split(","))
 DIM = 384
 QUERIES = 100
