@@ -375,12 +375,14 @@ class Tombstone:
             self.lineage.mark_dead_letters_retried([l["seq"] for l in letters if l["subject"] == subject])
         return done
 
-    def resume(self) -> list[tuple[dict[str, Any], Path]]:
+    def resume(self, *, progress: Callable[[str, str, int, int], None] | None = None,
+               ) -> list[tuple[dict[str, Any], Path]]:
         """Finish every saga that was interrupted. Sagas another process is running are left to it and
         listed in ``self.skipped``; a saga that cannot proceed (a store of its plan does not open, its run
         fails) stays running, is listed in ``self.stuck`` (one line each, saying why) and does not keep the
         others from finishing. The deployment's own preflight (signing key, receipts directory, lineage db)
-        comes first: its failure raises before anything changes."""
+        comes first: its failure raises before anything changes. ``progress(step, store, done, total)`` is
+        called after each step of each saga, as for :meth:`erase`."""
         self._check_open()
         done = []
         self.skipped: list[str] = []
@@ -403,6 +405,7 @@ class Tombstone:
             except SagaError as exc:
                 self.skipped.append(str(exc))
                 continue
+            saga.progress = progress
             try:
                 done.append((saga.run(), saga.receipt_path))
             except Exception as exc:

@@ -95,8 +95,9 @@ def expectation(cls: type) -> tuple[str, Callable[[ArtifactEntry], bool]]:
 
 
 def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3,
-              workdir: str | Path | None = None) -> CheckResult:
-    """Write, erase and judge canaries for ``backend``; see the module docstring."""
+              workdir: str | Path | None = None, progress: Any = None) -> CheckResult:
+    """Write, erase and judge canaries for ``backend``; see the module docstring. ``progress(step, store,
+    done, total)`` is called after each step of each canary's erasure."""
     from tombstone.demo import DemoKit, demo_backends, fill, fill_order, stop_services
 
     cls = adapter_class(backend)
@@ -145,7 +146,7 @@ def run_check(backend: str, *, config_path: str | None = None, canaries: int = 3
                     result.failures.append(f"control failed: the physical probe did not find live canaries {blind}")
             expected, meets = expectation(cls)
             for subject in subjects:
-                data, _ = tomb.erase(subject)
+                data, _ = tomb.erase(subject, progress=progress)
                 for entry in Receipt.parse(data).artifacts:
                     if entry.store != backend:
                         continue

@@ -69,3 +69,15 @@ def test_check_unknown_backend_and_missing_store(tmp_path):
 def test_pytest_fixture(tombstone_check):  # noqa: F811
     result = tombstone_check("faiss", canaries=1)
     assert result.passed, result.junit()
+
+
+def test_check_shows_each_canary_erasures_progress(tmp_path):
+    from click.testing import CliRunner
+
+    from tombstone.cli import main
+
+    result = CliRunner().invoke(main, ["check", "--backend", "docstore", "--canaries", "2"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    receipts = [line for line in result.stderr.splitlines() if line.endswith("] receipt")]
+    assert len(receipts) == 2, result.stderr  # one saga per canary, each counted from its first step
+    assert result.stderr.splitlines()[0].startswith("[1/")

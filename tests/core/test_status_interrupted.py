@@ -49,6 +49,8 @@ def test_a_killed_erasure_shows_as_interrupted_with_the_resume_command(tomb):
 
     resumed = tombstone(config, "resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    steps = resumed.stderr.splitlines()  # progress as plain lines (not a terminal), as erase shows it
+    assert steps and steps[-1].endswith("receipt") and all(line.startswith("[") for line in steps), resumed.stderr
     shown = status(config)
     assert "done" in saga_row(shown, "alice") and "interrupted" not in shown and "tombstone resume" not in shown
 

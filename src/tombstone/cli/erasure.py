@@ -245,7 +245,7 @@ def resume(config_path: str | None, as_json: bool) -> None:
     from tombstone.preflight import resume_command
 
     with Tombstone.open(config_path) as tomb:
-        finished = tomb.resume()
+        finished = tomb.resume(progress=_progress())
         skipped, stuck = tomb.skipped, tomb.stuck
         command = resume_command(tomb.config.path)
     if as_json:

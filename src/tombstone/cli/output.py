@@ -124,7 +124,8 @@ def _exit_for(done: list[tuple[dict[str, Any], Any]]) -> None:
 
 
 def _progress():
-    """A progress display for long sagas: a bar on a terminal, plain lines on stderr otherwise."""
+    """A progress display for long sagas: a bar on a terminal, plain lines on stderr otherwise. One display
+    serves several sagas in turn (each one's steps count from 1 again)."""
     if sys.stderr.isatty():
         state: dict[str, Any] = {}
 
@@ -135,8 +136,9 @@ def _progress():
             state["bar"].label = f"{step} {store}".strip()
             state["bar"].update(done - state.get("done", 0))
             state["done"] = done
-            if done >= total:
+            if done >= total:  # one saga done: the next one (resume, check) starts a bar of its own
                 state["bar"].__exit__(None, None, None)
+                state.clear()
 
         return bar
 

@@ -80,7 +80,9 @@ def check_cmd(backend: str, config_path: str | None, junit: str | None, canaries
         from tombstone.inputs import check_out_path
 
         check_out_path(junit, "--junit")  # before the canaries are written: a FIFO or a folder there is refused now
-    result = run_check(backend, config_path=config_path, canaries=canaries)
+    from tombstone.cli.output import _progress
+
+    result = run_check(backend, config_path=config_path, canaries=canaries, progress=_progress())
     if junit:
         Path(junit).parent.mkdir(parents=True, exist_ok=True)
         Path(junit).write_text(result.junit(), encoding="utf-8")
