@@ -261,6 +261,9 @@ def test_the_deployment_sealed_copies_via_config(demo):
     assert data["signatures"]["checked"] and "the deployment's key" in data["signatures"]["key"]
     assert [s["subject"] for s in data["subjects"]] == ["user-0003", "user-0001", "user-0002"]
     assert data["chain"]["state"] == "complete" and "the head matches the deployment's chain head" in data["chain"]["notes"]
+    # the header says where the sealed copies really are: the lineage db, not the config file
+    assert data["sources"] == [f"the sealed copies in the lineage db {demo / 'lineage.db'}"
+                               f" (configured by {demo / 'tombstone.toml'})"]
     assert_no_content(result.stdout)
     for fmt in ("html", "md"):
         assert_no_content(run("report", "--config", str(demo / "tombstone.toml"), "--format", fmt).stdout)
@@ -372,3 +375,15 @@ def test_a_lineage_db_on_postgresql_is_opened_read_only(tmp_path):
         assert lineage.chain_head()[0] == 1
         with pytest.raises(psycopg.Error, match="read-only transaction"):
             lineage.journal("x", "y", "", "begin")
+
+
+def test_the_sealed_copies_place_names_a_postgresql_lineage_db_without_its_password(tmp_path):
+    from types import SimpleNamespace
+
+    from tombstone.report.collect import sealed_copies_place
+
+    config = SimpleNamespace(lineage_dsn="postgresql://tomb:s3cret@db.internal/tombstone", lineage_db=None,
+                             path=tmp_path / "tombstone.toml")
+    said = sealed_copies_place(config)
+    assert "postgresql://tomb:***@db.internal/tombstone" in said and "s3cret" not in said
+    assert str(tmp_path / "tombstone.toml") in said

@@ -277,6 +277,18 @@ def _load(path: Path) -> tuple[bytes, Any]:
     return read_receipt(path)
 
 
+def sealed_copies_place(config: Any) -> str:
+    """Where the deployment's sealed copies really are: its lineage db (the file, or the PostgreSQL database
+    with any password hidden), and the configuration that names it."""
+    if config.lineage_dsn:
+        from tombstone.lineage.postgres import redact_dsn
+
+        where = f"the lineage db on PostgreSQL, {redact_dsn(config.lineage_dsn)}"
+    else:
+        where = f"the lineage db {config.lineage_db}"
+    return f"the sealed copies in {where} (configured by {config.path})"
+
+
 def read_deployment(config: Config) -> tuple[list[Source], tuple[int, str] | None]:
     """The sealed copies the deployment's lineage db keeps (opened read-only), and its chain head."""
     from tombstone.report.readonly import ReadOnlyLineage

@@ -11,7 +11,8 @@ from tombstone.config import load_config
 from tombstone.errors import ConfigError
 from tombstone.keys import PUBLIC_KEY, load_public_key
 from tombstone.receipt.files import receipt_in
-from tombstone.report.collect import Report, build_report, deployment_head, read_deployment, read_files
+from tombstone.report.collect import (Report, build_report, deployment_head, read_deployment, read_files,
+                                      sealed_copies_place)
 from tombstone.report.render import FORMATS, render
 
 EXIT_OK, EXIT_FAILED, EXIT_ACTION_NEEDED = 0, 1, 3
@@ -39,7 +40,7 @@ def make_report(paths: Sequence[str], *, config_path: str | None, key_path: str 
     else:
         assert config is not None
         sources, head = read_deployment(config)
-        names = [f"the sealed copies in {config.path}"]
+        names = [sealed_copies_place(config)]
     key = key_source = None
     if key_path:
         key, key_source = load_public_key(Path(key_path)), f"--key {key_path}"

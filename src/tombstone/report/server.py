@@ -36,7 +36,7 @@ from tombstone.errors import ConfigError, ReceiptError, ReceiptFormatError, Tomb
 from tombstone.keys import PUBLIC_KEY, key_id, load_public_key
 from tombstone.receipt.build import pretty
 from tombstone.receipt.signing import parse_strict, verify
-from tombstone.report.collect import ReceiptView, Report, build_report, read_deployment
+from tombstone.report.collect import ReceiptView, Report, build_report, read_deployment, sealed_copies_place
 from tombstone.report.readonly import ReadOnlyLineage
 from tombstone.report.render import environment, render_html, require, status_chart
 
@@ -118,7 +118,7 @@ class Deployment:
     def report(self) -> Report:
         sources, head = read_deployment(self.config)
         return build_report(sources, key=self.public_key, key_source=f"the deployment's key, {self.config.path}",
-                            source_names=[f"the sealed copies in {self.config.path}"], deployment_head=head)
+                            source_names=[sealed_copies_place(self.config)], deployment_head=head)
 
 
 def _current_step(entries: list[dict[str, Any]]) -> str:
