@@ -69,21 +69,23 @@ def _kind(path: str | os.PathLike[str]) -> str | None:
     return "not a regular file"
 
 
-def read_user_file(path: str | os.PathLike[str], limit: int, what: str, *, hint: str = "") -> bytes:
+def read_user_file(path: str | os.PathLike[str], limit: int, what: str, *, hint: str = "",
+                   error: type[Exception] = ConfigError) -> bytes:
     """The bytes of a file the user named, if it is a regular file of at most ``limit`` bytes; else one
-    ConfigError line naming ``what`` (``--config``, ``--subjects-file``) and, for a file that is not a regular
-    one, ``hint``. FileNotFoundError passes through (the caller says what to do about a missing file)."""
+    ``error`` line (ConfigError by default) naming ``what`` (``--config``, ``--subjects-file``, a key) and, for
+    a file that is not a regular one, ``hint``. FileNotFoundError passes through (the caller says what to do
+    about a missing file)."""
     try:
         data = read_regular_file(path, limit + 1)
     except NotARegularFile as exc:
         kind = _kind(path) or "not a regular file"
-        raise ConfigError(f"{what} {path} is {kind}: name a regular file{hint}") from exc
+        raise error(f"{what} {path} is {kind}: name a regular file{hint}") from exc
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     if len(data) > limit:
-        raise ConfigError(f"{what} {path} is larger than {_size(limit)}, the limit for it: not read")
+        raise error(f"{what} {path} is larger than {_size(limit)}, the limit for it: not read")
     return data
 
 
@@ -108,7 +110,9 @@ def check_out_path(path: str | os.PathLike[str], what: str = "--out") -> Path:
 
 
 def _size(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20} MiB"
+    return f"{n >> 10} KiB" if n >= 1 << 10 and n % (1 << 10) == 0 else f"{n} bytes"
 
 
 __all__ = ["CONFIG_LIMIT", "MAX_SUBJECT_CHARS", "SUBJECTS_FILE_LIMIT", "check_out_path", "check_subject",

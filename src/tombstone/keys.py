@@ -26,7 +26,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tombstone.display import normal_subject
 from tombstone.errors import KeyMaterialError, UnknownSubjectError
-from tombstone.fsutil import NotARegularFile, make_private_dirs, read_regular_file, write_atomic
+from tombstone.fsutil import make_private_dirs, write_atomic
+from tombstone.inputs import read_user_file
 
 SIGNING_KEY = "signing.key"
 PUBLIC_KEY = "signing.pub"
@@ -78,17 +79,7 @@ def read_key_file(path: str | os.PathLike[str], what: str) -> bytes:
     """The bytes of a key file, if it is a regular file of at most KEY_FILE_LIMIT bytes (a FIFO, a device such
     as /dev/zero, or a huge file is one KeyMaterialError line, never a hang or an exhausted memory).
     FileNotFoundError passes through."""
-    try:
-        data = read_regular_file(path, KEY_FILE_LIMIT + 1)
-    except NotARegularFile as exc:
-        raise KeyMaterialError(f"cannot read {what} {path}: {exc}; name a regular file") from exc
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise KeyMaterialError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    if len(data) > KEY_FILE_LIMIT:
-        raise KeyMaterialError(f"{what} {path} is larger than {KEY_FILE_LIMIT // 1024} KiB: not a key file")
-    return data
+    return read_user_file(path, KEY_FILE_LIMIT, what, error=KeyMaterialError)
 
 
 def load_private_key(keys_dir: Path) -> Ed25519PrivateKey:
