@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from tombstone.receipt.sealing import load_public as load_auditor_key
 from tombstone.lineage.postgres import redact_dsn
 from tombstone.receipt.files import receipt_file_name
 from tombstone.gcpause import collector_paused
-from tombstone.capture import writes
+from tombstone.capture import deferred, writes
 from tombstone.inputs import check_out_path, check_subject
 from tombstone.preflight import (
     cause,
@@ -110,6 +111,10 @@ def _open_lineage(config: Config, clock: Clock) -> tuple[LineageSecret, LineageD
     return secret, LineageDB(config.lineage_target, secret, clock=clock)
 
 
+CLOSE_WAIT = 120.0
+"""Seconds close() waits for queued probe vectors (as long as the process waits at exit); a stuck embedder
+does not hold it forever."""
+
 class Tombstone:
     """An open deployment: its config, lineage db and (lazily opened) store adapters."""
 
@@ -142,6 +147,10 @@ class Tombstone:
             return
         self._closed = True
         writes.closed(self.lineage)
+        # Probe vectors the wrappers queued land before the lineage db is closed: the deployment on disk is
+        # whole (no write left in flight, its journal checkpointed) when close() returns.
+        for problem in deferred.flush(CLOSE_WAIT):
+            warnings.warn(problem, RuntimeWarning, stacklevel=2)
         for adapter in self._adapters.values():
             adapter.close()
         self._adapters.clear()

@@ -155,3 +155,25 @@ def test_a_wrapper_write_queues_its_probes_only_once_the_store_write_returned(sq
     with pytest.raises(OSError):
         failing_write(["c1"])
     assert deferred.PROBES.pending == 0 and sqlite_db.probes_for("s", "c1") == []
+
+
+def test_closing_the_deployment_waits_for_its_queued_probe_vectors(tmp_path):
+    """Tombstone.close() returns with the probe vectors its wrappers queued recorded and the lineage db whole
+    (its write-ahead log checkpointed): a copy of the deployment taken then is quiescent."""
+    import threading
+
+    from tombstone import Tombstone, init_deployment
+
+    config = init_deployment(tmp_path / "d", {"s": {"backend": "faiss", "path": "stores/s"}})
+    embedder = SlowEmbedder()
+    tomb = Tombstone(config)
+    write(tomb.lineage, embedder, ["a-1", "a-2"])
+    releaser = threading.Timer(0.2, embedder.release.set)  # the fragments are embedded only after close() began
+    releaser.start()
+    try:
+        tomb.close()
+    finally:
+        releaser.join()
+    assert not (config.root / "lineage.db-wal").exists()
+    with Tombstone.open(config.path) as again:
+        assert probe_rows(again.lineage) == len(probe_queries(TEXTS[0])) * 2
