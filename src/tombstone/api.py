@@ -115,6 +115,7 @@ CLOSE_WAIT = 120.0
 """Seconds close() waits for queued probe vectors (as long as the process waits at exit); a stuck embedder
 does not hold it forever."""
 
+
 class Tombstone:
     """An open deployment: its config, lineage db and (lazily opened) store adapters."""
 
