@@ -31,7 +31,7 @@ def naive(data: bytes, pattern: bytes) -> list[int]:
 def test_matches_naive_search_across_chunk_and_thread_boundaries(tmp_path, monkeypatch, engine, data, patterns,
                                                                  chunk, threads, window):
     """Binary patterns (NUL bytes included), every overlap, chunks as small as one byte, files split among
-    threads, longer patterns searched by a window of their middle and checked whole: the same offsets as a
+    threads, longer patterns searched by a window of their bytes and checked whole: the same offsets as a
     naive search, with either matcher."""
     if engine == "aho-corasick":
         monkeypatch.setitem(__import__("sys").modules, "hyperscan", None)  # as where no wheel installs
@@ -46,6 +46,42 @@ def test_matches_naive_search_across_chunk_and_thread_boundaries(tmp_path, monke
     for key, pattern in keyed.items():
         assert [h.offset for h in report.found(key)] == naive(data, pattern), key
     assert report.bytes_scanned == len(data)
+
+
+def test_a_sparse_fingerprint_is_searched_by_its_nonzero_bytes_not_by_zeros(tmp_path):
+    """A fingerprint of a sparse embedding is mostly zeros, and a reclaim in place leaves zeros where the
+    erased vectors lay. Its searched window holds its nonzero bytes (nearest the middle), so the zeroed
+    region gives the matcher nothing to check; the copy is still found, once, and only where it is."""
+    import numpy as np
+
+    vector = np.zeros(32, dtype="<f4")
+    vector[[1, 3, 29, 30]] = [0.25, -0.5, 0.125, 0.75]  # the middle 64 bytes are all zeros
+    pattern = vector.tobytes()
+    at = scanner._window_at(pattern)
+    assert any(pattern[at : at + scanner.WINDOW]), "the window searched is not all zeros"
+    assert scanner._window_at(bytes(range(1, 101))) == (100 - scanner.WINDOW) // 2  # no zeros: the middle
+    assert scanner._window_at(b"short") == 0
+    path = tmp_path / "index.bin"
+    path.write_bytes(bytes(1 << 20) + pattern + bytes(4096) + pattern[:-1] + b"\x01")
+    report = scan_files([path], {"content": pattern})
+    assert [h.offset for h in report.found("content")] == [1 << 20]
+    matcher = scanner._Matcher([pattern])
+    if matcher.engine == "hyperscan":
+        calls = []
+        real = matcher._windows
+        matcher._windows = [_Counting(entry, calls) for entry in real]
+        assert matcher.find(memoryview(bytes(1 << 16)), matcher.scratch()) == []
+        assert calls == [], "a run of zeros gave the matcher windows to check"
+
+
+class _Counting(list):
+    def __init__(self, entries, calls):
+        super().__init__(entries)
+        self.calls = calls
+
+    def __iter__(self):
+        self.calls.append(1)
+        return super().__iter__()
 
 
 def test_each_file_is_read_once_for_all_patterns(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ahocorasick_rs
+import numpy as np
 
 from tombstone.errors import PhysicalUnsupportedError, StoreUnavailableError
 
@@ -152,11 +153,12 @@ class _Matcher:
         if hyperscan is not None:
             # Hyperscan slows down by two orders of magnitude on long literals over data that resembles them
             # (pickled float vectors against a file of pickled float vectors): a pattern longer than WINDOW
-            # is searched by the WINDOW bytes in its middle, and each such hit is checked against the whole
-            # pattern in the buffer (which holds it: chunks overlap by the longest pattern).
+            # is searched by WINDOW of its bytes (the most distinctive run: see _window_at), and each such
+            # hit is checked against the whole pattern in the buffer (which holds it: chunks overlap by the
+            # longest pattern).
             windows: dict[bytes, list[tuple[int, int]]] = {}
             for index, pattern in enumerate(patterns):
-                at = max(0, (len(pattern) - WINDOW) // 2)
+                at = _window_at(pattern)
                 windows.setdefault(pattern[at : at + WINDOW], []).append((index, at))
             self._windows = list(windows.values())
             keys = list(windows)
@@ -190,6 +192,23 @@ class _Matcher:
 
         self._db.scan(view, match_event_handler=on_match, scratch=scratch)
         return found
+
+
+def _window_at(pattern: bytes) -> int:
+    """Where in ``pattern`` the WINDOW bytes the SIMD matcher searches for begin: the run with the fewest
+    zero bytes, nearest the middle among equals.
+
+    A sparse embedding's fingerprint holds long runs of zeros, and a reclaim in place leaves zeros where
+    the erased vectors lay: a window of zeros would match at every byte of such a region, and checking
+    each of those hits against the whole pattern costs more than the scan itself. A window with a nonzero
+    byte cannot match there at all."""
+    if len(pattern) <= WINDOW:
+        return 0
+    middle = (len(pattern) - WINDOW) // 2
+    nonzero = np.concatenate(([0], np.cumsum(np.frombuffer(pattern, dtype=np.uint8) != 0)))
+    counts = nonzero[WINDOW:] - nonzero[:-WINDOW]  # nonzero bytes in the window starting at each offset
+    best = np.flatnonzero(counts == counts.max())
+    return int(best[np.argmin(np.abs(best - middle))])
 
 
 def _by_bytes(patterns: Mapping[str, bytes]) -> dict[bytes, list[str]]:
