@@ -663,7 +663,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
 
     def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
         """The raw collection's nearest records (suppressed ones included), over-fetched by ``len(exclude)``
-        and filtered."""
+        and filtered. The over-fetched rows come back as ids and distances only; the stored vectors are read
+        once for the rows kept (turning hundreds of vectors per query into Python lists, to keep a few, was
+        most of a batch's semantic level)."""
         col = self.collection()
         vectors = np.asarray(vectors, dtype=np.float32)
         fetch = min(col.count(), k + len(exclude))
@@ -671,12 +673,16 @@ class ChromaAdapter(ChromaHooks, Adapter):
             return [Neighbours([], [], np.zeros((0, vectors.shape[1]))) for _ in vectors]
         out = []
         for start in range(0, len(vectors), _PAGE):
-            res = col.query(query_embeddings=vectors[start : start + _PAGE], n_results=fetch,
-                            include=["embeddings", "distances"])
-            for ids, dists, embs in zip(res["ids"], res["distances"], res["embeddings"]):
+            res = col.query(query_embeddings=vectors[start : start + _PAGE], n_results=fetch, include=["distances"])
+            rows = []
+            for ids, dists in zip(res["ids"], res["distances"]):
                 keep = [i for i, aid in enumerate(ids) if aid not in exclude][:k]
-                out.append(Neighbours([ids[i] for i in keep], [float(dists[i]) for i in keep],
-                                      np.asarray(embs, dtype=np.float32)[keep]))
+                rows.append(([ids[i] for i in keep], [float(dists[i]) for i in keep]))
+            stored = self.stored_vectors(sorted({aid for ids, _ in rows for aid in ids}))
+            for ids, dists in rows:
+                kept = [n for n, aid in enumerate(ids) if aid in stored]  # a record deleted since drops out
+                out.append(Neighbours([ids[n] for n in kept], [dists[n] for n in kept],
+                                      np.asarray([stored[ids[n]] for n in kept], dtype=np.float32).reshape(len(kept), -1)))
         return out
 
     def stored_vectors(self, ids) -> dict[str, np.ndarray]:

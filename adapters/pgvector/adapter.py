@@ -287,7 +287,9 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         out = []
         for rows in self.pg.search(query_embeddings=vectors, k=k + len(exclude), raw=True):
             rows = [r for r in rows if r["id"] not in exclude]
-            found = self.pg.vectors_by_id([r["id"] for r in rows])
+            found = self.pg.vectors_by_id([r["id"] for r in rows[:k]])  # the vectors of the k kept, not all
+            if len(found) < min(k, len(rows)):
+                found = self.pg.vectors_by_id([r["id"] for r in rows])
             rows = [r for r in rows if r["id"] in found][:k]
             out.append(Neighbours([r["id"] for r in rows], [r["distance"] for r in rows],
                                   np.asarray([found[r["id"]] for r in rows], dtype=np.float32).reshape(len(rows), -1)))

@@ -371,12 +371,16 @@ class QdrantAdapter(QdrantHooks, Adapter):
         fetch = k + len(exclude)
         out = []
         for v in np.asarray(vectors, dtype=np.float32):
-            pts = self.client.query_points(self.name, query=v.tolist(), limit=max(1, fetch), with_payload=True,
-                                           with_vectors=True).points
+            # ids and scores of the over-fetched points; the vectors of the k kept, read once
+            pts = self.client.query_points(self.name, query=v.tolist(), limit=max(1, fetch), with_payload=[ID_KEY],
+                                           with_vectors=False).points
             hits = [((p.payload or {}).get(ID_KEY) or str(p.id), p) for p in pts]
             hits = [(aid, p) for aid, p in hits if aid not in exclude][:k]
+            stored = {p.id: p.vector for p in self.client.retrieve(self.name, ids=[p.id for _, p in hits],
+                                                                  with_payload=False, with_vectors=True)}
+            hits = [(aid, p) for aid, p in hits if p.id in stored]  # a point deleted since drops out
             out.append(Neighbours([aid for aid, _ in hits], [float(to_distance(p.score)) for _, p in hits],
-                                  np.asarray([p.vector for _, p in hits], dtype=np.float32).reshape(len(hits), -1)))
+                                  np.asarray([stored[p.id] for _, p in hits], dtype=np.float32).reshape(len(hits), -1)))
         return out
 
     def stored_vectors(self, ids) -> dict[str, np.ndarray]:

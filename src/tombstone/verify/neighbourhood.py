@@ -179,6 +179,22 @@ def _search(adapter: Any, call: Callable, queries: Sequence[np.ndarray], k: int,
     return list(call(lambda: adapter.semantic_neighbours(vectors, k, exclude)))
 
 
+def _search_each(adapter: Any, call: Callable, asked: Mapping[str, Sequence[tuple[str, np.ndarray]]], k: int,
+                 erased: set[str]) -> dict[str, list[Neighbours]]:
+    """For each erased artifact's queries, their ``k`` nearest records with every *other* erased artifact left
+    out (the artifact itself stays in: its rank is what is measured). One search for all of them: the store
+    leaves out the erased artifacts not asked about, and each row drops the other asked ones here."""
+    order = [(aid, q) for aid, queries in asked.items() for _, q in queries]
+    asking = set(asked)
+    extra = max(0, len(asking) - 1)  # the other asked artifacts a row may hold, dropped below
+    results = _search(adapter, call, [q for _, q in order], k + extra, erased - asking)
+    out: dict[str, list[Neighbours]] = {aid: [] for aid in asked}
+    for (aid, _), res in zip(order, results):
+        keep = [n for n, i in enumerate(res.ids) if i == aid or i not in asking][:k]
+        out[aid].append(Neighbours([res.ids[n] for n in keep], [res.distances[n] for n in keep], res.vectors[keep]))
+    return out
+
+
 def _control_drifts(results: Sequence[Neighbours], control: str) -> list[tuple[int, float, list[str]]]:
     """For each probe of a control whose Top-5 holds it: (its rank, the drift of removing it, the Top-5)."""
     out = []
@@ -212,16 +228,19 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
     fragments = probe_vectors(list(artifacts))
     out: dict[str, Snapshot] = {}
     pending: dict[str, tuple[dict[str, Any], list[np.ndarray], list[np.ndarray]]] = {}
+    asked: dict[str, list[tuple[str, np.ndarray]]] = {}
     for art in artifacts:
         aid = art.artifact_id
         if aid not in own:
             out[aid] = Snapshot({"version": VERSION, "outcome": "not in the store",
                                  "why": "the store did not hold it when the saga began"})
             continue
-        queries = probe_queries(own[aid], fragments.get(aid, []))
-        others = erased - {aid}
-        first = _search(adapter, call, [q for _, q in queries], TOP, others)
-        again = _search(adapter, call, [q for _, q in queries], TOP, others)
+        asked[aid] = probe_queries(own[aid], fragments.get(aid, []))
+    # every artifact's probe queries in one search, asked twice (the repeat measures the store's own noise)
+    firsts = _search_each(adapter, call, asked, TOP, erased)
+    agains = _search_each(adapter, call, asked, TOP, erased)
+    for aid, queries in asked.items():
+        first, again = firsts[aid], agains[aid]
         probes, kept_queries, baselines, unusable, repeat = [], [], [], [], []
         for (label, q), res, res2 in zip(queries, first, again):
             top = res.ids[:TOP]
