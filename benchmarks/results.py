@@ -27,6 +27,7 @@ import read_path
 import scale
 import scan_rate
 import semantic
+import semantic_batch
 import semantic_templated
 import startup
 import vector_stores
@@ -38,7 +39,7 @@ from common import header
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, crash_trials, batches, workers,
     caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, forensic_scan, semantic, semantic_templated,
-    model_unlearning, lora_copies, startup,
+    semantic_batch, model_unlearning, lora_copies, startup,
 )}
 
 
