@@ -4,6 +4,7 @@ cannot reach, and for ``tombstone compact``), byte scan."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import shutil
@@ -668,14 +669,27 @@ class ChromaAdapter(ChromaHooks, Adapter):
         most of a batch's semantic level)."""
         col = self.collection()
         vectors = np.asarray(vectors, dtype=np.float32)
-        fetch = min(col.count(), k + len(exclude))
+        count = col.count()
+        fetch = min(count, k + len(exclude))
         if fetch <= 0:
             return [Neighbours([], [], np.zeros((0, vectors.shape[1]))) for _ in vectors]
+        # First ask for what the excluded share of the collection suggests (half again, and a few more); a
+        # row left short of k is asked again for k plus every excluded record.
+        share = min(len(exclude) / max(count, 1), 0.99)
+        first = min(fetch, math.ceil(1.5 * k / (1 - share)) + 4)
         out = []
         for start in range(0, len(vectors), _PAGE):
-            res = col.query(query_embeddings=vectors[start : start + _PAGE], n_results=fetch, include=["distances"])
+            page = vectors[start : start + _PAGE]
+            res = col.query(query_embeddings=page, n_results=first, include=["distances"])
+            found = [(list(ids), list(dists)) for ids, dists in zip(res["ids"], res["distances"])]
+            short = [n for n, (ids, _) in enumerate(found)
+                     if len(ids) == first < fetch and sum(1 for aid in ids if aid not in exclude) < k]
+            if short:
+                again = col.query(query_embeddings=page[short], n_results=fetch, include=["distances"])
+                for n, ids, dists in zip(short, again["ids"], again["distances"]):
+                    found[n] = (list(ids), list(dists))
             rows = []
-            for ids, dists in zip(res["ids"], res["distances"]):
+            for ids, dists in found:
                 keep = [i for i, aid in enumerate(ids) if aid not in exclude][:k]
                 rows.append(([ids[i] for i in keep], [float(dists[i]) for i in keep]))
             stored = self.stored_vectors(sorted({aid for ids, _ in rows for aid in ids}))

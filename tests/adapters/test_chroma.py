@@ -655,3 +655,31 @@ def test_a_batch_searches_only_ids_the_collection_can_still_name(ctomb, monkeypa
     assert not again[mine[0]].passed and "nearest_neighbours" not in again[mine[0]].evidence
     assert all(again[a].passed and again[a].evidence["nearest_neighbours"].startswith("not searched")
                for a in mine[1:])
+
+
+def test_semantic_neighbours_asks_again_when_the_excluded_records_fill_the_first_ask(tmp_path):
+    """The semantic level's neighbour search first asks for what the excluded share of the collection
+    suggests; when the excluded records are exactly the nearest ones, every row of that first ask is short
+    and is asked again: the answer is still the k nearest records not excluded (numpy's exact cosine)."""
+    client = chromadb.PersistentClient(str(tmp_path / "chroma"))
+    col = client.create_collection("near", metadata={"hnsw:space": "cosine"})
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(100, 16)).astype(np.float32)
+    ids = [f"r{i:03d}" for i in range(100)]
+    col.add(ids=ids, embeddings=vectors)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    order = [ids[i] for i in np.argsort(-(unit @ unit[0]))]
+    exclude = frozenset(order[:10])  # the query's own record and its 9 nearest: 10% of the collection
+    adapter = ChromaAdapter("near", {"path": str(tmp_path / "chroma"), "collection": "near"})
+    asked = []
+    real_query = chromadb.api.models.Collection.Collection.query
+
+    def counting(self, *args, **kwargs):
+        asked.append(kwargs.get("n_results"))
+        return real_query(self, *args, **kwargs)
+
+    with mock.patch.object(chromadb.api.models.Collection.Collection, "query", counting):
+        [got] = adapter.semantic_neighbours(vectors[:1], 3, exclude)
+    assert got.ids == order[10:13]
+    assert len(asked) == 2 and asked[0] < asked[1] == 13, asked  # the first ask came back short
+    assert np.allclose(got.vectors, vectors[[ids.index(i) for i in got.ids]], atol=1e-6)

@@ -182,6 +182,36 @@ class AdapterConformance:
             [hidden] = adapter.semantic_neighbours(np.stack([vectors[target]]), 3)
             assert hidden.ids[0] == target, "a suppressed record must still answer the raw store's search"
 
+    @pytest.mark.parametrize("shallow", [False, True], ids=["default", "every-row-asked-again"])
+    def test_batched_neighbour_searches_match_one_search_per_artifact(self, env: ConformanceEnv, shallow: bool,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+        """The semantic level asks the store once for every erased artifact's queries, each row with every
+        *other* erased artifact left out, and asks again only the rows that the first, shallower ask left
+        short. With most of the store erased (most rows short), each artifact's neighbours are the same as
+        one search of its own with the others excluded."""
+        adapter = env.adapter
+        if Capability.SEMANTIC_PROBE not in adapter.capabilities:
+            pytest.skip("no semantic probe declared")
+        import numpy as np
+
+        from tombstone.verify import neighbourhood
+        from tombstone.verify.neighbourhood import _search_each
+
+        if shallow:  # a first ask no deeper than k: rows holding another erased artifact must be asked again
+            monkeypatch.setattr(neighbourhood, "first_extra", lambda k: 0)
+        erased = env.write("conformance-subject", 24)
+        survivors = env.write("conformance-survivor", 3)
+        own = adapter.stored_vectors([a.artifact_id for a in erased])
+        asked = {aid: [("own", np.asarray(v, dtype=np.float32))] for aid, v in own.items()}
+        names = set(own)
+        batched = _search_each(adapter, lambda action: action(), asked, 2, names)
+        for aid, [(_, query)] in asked.items():
+            [alone] = adapter.semantic_neighbours(np.stack([query]), 2, frozenset(names - {aid}))
+            [got] = batched[aid]
+            assert got.ids == alone.ids and got.ids[0] == aid, (aid, got.ids, alone.ids)
+            assert got.ids[1] in {a.artifact_id for a in survivors}
+            assert np.allclose(got.vectors, alone.vectors, atol=1e-6)
+
     # -- errors -------------------------------------------------------------------------------
 
     def test_vendor_failures_leave_only_tombstone_errors(self, env: ConformanceEnv) -> None:

@@ -179,6 +179,11 @@ def _search(adapter: Any, call: Callable, queries: Sequence[np.ndarray], k: int,
     return list(call(lambda: adapter.semantic_neighbours(vectors, k, exclude)))
 
 
+def first_extra(k: int) -> int:
+    """How many rows past ``k`` the first ask of a batch's own searches takes (see :func:`_search_each`)."""
+    return 4 * k + 16
+
+
 def _search_each(adapter: Any, call: Callable, asked: Mapping[str, Sequence[tuple[str, np.ndarray]]], k: int,
                  erased: set[str]) -> dict[str, list[Neighbours]]:
     """For each erased artifact's queries, their ``k`` nearest records with every *other* erased artifact left
@@ -187,10 +192,22 @@ def _search_each(adapter: Any, call: Callable, asked: Mapping[str, Sequence[tupl
     order = [(aid, q) for aid, queries in asked.items() for _, q in queries]
     asking = set(asked)
     extra = max(0, len(asking) - 1)  # the other asked artifacts a row may hold, dropped below
-    results = _search(adapter, call, [q for _, q in order], k + extra, erased - asking)
+    # A first ask a few times k deep; only a row that the other asked artifacts leave short of k is asked
+    # again, for k plus all of them (in a batch that erases most of a store, most rows are short).
+    first = k + min(extra, first_extra(k))
+    results = _search(adapter, call, [q for _, q in order], first, erased - asking)
+
+    def kept(aid: str, res: Neighbours) -> list[int]:
+        return [n for n, i in enumerate(res.ids) if i == aid or i not in asking][:k]
+
+    short = [n for n, ((aid, _), res) in enumerate(zip(order, results))
+             if first < k + extra and len(res.ids) == first and len(kept(aid, res)) < k]
+    if short:
+        for n, res in zip(short, _search(adapter, call, [order[n][1] for n in short], k + extra, erased - asking)):
+            results[n] = res
     out: dict[str, list[Neighbours]] = {aid: [] for aid in asked}
     for (aid, _), res in zip(order, results):
-        keep = [n for n, i in enumerate(res.ids) if i == aid or i not in asking][:k]
+        keep = kept(aid, res)
         out[aid].append(Neighbours([res.ids[n] for n in keep], [res.distances[n] for n in keep], res.vectors[keep]))
     return out
 
