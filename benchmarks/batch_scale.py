@@ -1,0 +1,89 @@
+"""Batches at scale: 100 subjects of 100 chunks erased at once, against one subject.
+
+Each case (backend, size) is built by ``scale.py build`` in a process of its own (dim-384 unit vectors in
+subjects of 100 chunks, lineage recorded for every chunk) and measured in another, as ``tombstone erase``
+runs: three single erasures (median), then one ``erase_many`` of 100 other subjects (10,000 chunks), with one
+reclaim and one probe pass per store and one saga and signed receipt per subject.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HEADINGS = ("Batches at scale: 100 subjects against one",)
+CASES = (("faiss", 20_000), ("faiss", 100_000), ("chroma", 20_000), ("chroma", 100_000))
+SUBJECTS = 100
+HERE = Path(__file__).resolve().parent
+
+
+def measure(backend: str, size: int, tmp: Path) -> dict:
+    from tombstone import Tombstone
+    from tombstone.config import load_config
+
+    built = json.loads((tmp / "build.json").read_text())
+    config, refs = load_config(tmp / "deploy" / "tombstone.toml"), built["refs"]
+    singles = []
+    with Tombstone(config) as tomb:
+        tomb.adapter(backend)  # opened as an erasure opens it, before anything is timed
+        for ref in refs[:3]:
+            t = time.perf_counter()
+            receipt, _ = tomb.erase(ref)
+            singles.append(time.perf_counter() - t)
+            assert receipt["summary"].get("VERIFIED") == 100, receipt["summary"]
+        t = time.perf_counter()
+        done = tomb.erase_many(refs[3 : 3 + SUBJECTS])
+        batch = time.perf_counter() - t
+        assert len(done) == SUBJECTS and all(r["summary"].get("VERIFIED") == 100 for r, _ in done)
+    return {"backend": backend, "size": size, "single": statistics.median(singles), "batch": batch}
+
+
+def run(tmp: Path) -> dict:
+    rows, failed = [], []
+    for backend, size in CASES:
+        work = tmp / f"{backend}-{size}"
+        work.mkdir(parents=True)
+        proc = subprocess.run([sys.executable, str(HERE / "scale.py"), "build", backend, str(size), str(work)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode == 0:
+            (work / "build.json").write_text(proc.stdout.strip().splitlines()[-1])
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), backend, str(size), str(work)],
+                                  capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            print(f"  {backend} {size}: failed\n{proc.stderr[-3000:]}", file=sys.stderr, flush=True)
+            failed.append(f"{backend} at {size:,}")
+            continue
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"  {backend} {size}: {rows[-1]}", file=sys.stderr, flush=True)
+    if not rows:
+        raise RuntimeError(f"every case failed: {', '.join(failed)}")
+    return {"rows": rows, "failed": failed}
+
+
+def section(result: dict) -> str:
+    lines = [
+        f"## {HEADINGS[0]}",
+        "",
+        "Dim-384 unit vectors in subjects of 100 chunks, lineage recorded for every chunk, each case built in"
+        " one process and measured in another: one subject's erasure (`Tombstone.erase`, median of 3), then"
+        f" {SUBJECTS} other subjects in one batch (`erase_many`: 10,000 chunks, one reclaim and one probe pass"
+        " per store, one saga and signed receipt per subject).",
+        "",
+        "| backend | vectors | one subject | batch of 100 | batch ÷ one | each extra subject |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        extra = (r["batch"] - r["single"]) / (SUBJECTS - 1)
+        lines.append(f"| {r['backend']} | {r['size']:,} | {r['single']:.2f} s | {r['batch']:.2f} s |"
+                     f" {r['batch'] / r['single']:.1f}× | {extra * 1000:.0f} ms |")
+    if result["failed"]:
+        lines += ["", f"Failed (not measured in this run): {', '.join(result['failed'])}."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]))))
