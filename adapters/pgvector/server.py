@@ -94,11 +94,30 @@ def embedded_dsn(data_dir: str | os.PathLike[str]) -> str:
     return server.dsn
 
 
+def hold_embedded(data_dir: str | os.PathLike[str]) -> str:
+    """As :func:`embedded_dsn`, counting one more user of the server in this process (an open adapter):
+    :func:`stop_embedded` then waits for the matching :func:`unhold_embedded`."""
+    server = _in_place(data_dir)
+    server.hold()
+    return server.dsn
+
+
+def unhold_embedded(data_dir: str | os.PathLike[str]) -> None:
+    server = _servers.get(str(Path(data_dir).resolve()))
+    if server is not None:
+        server.unhold()
+
+
 def stop_embedded(data_dir: str | os.PathLike[str]) -> None:
     """This process is done with the embedded server Tombstone started on ``data_dir``: it stops unless
-    another live process uses it (a process killed while using it counts as done)."""
+    another live process uses it (a process killed while using it counts as done). While a user in this
+    process still holds it (:func:`hold_embedded`), it stops when the last of them lets go."""
     key = str(Path(data_dir).resolve())
-    server = _servers.pop(key, None)
+    server = _servers.get(key)
+    if server is not None:
+        if server.release():
+            _servers.pop(key, None)
+        return
     if server is None:
         from .embedded import InPlaceServer
 
