@@ -148,7 +148,9 @@ def _leaks(conn, data: Path, artifact_ids: list[str], rows: dict[str, str]) -> d
 
 def trial(root: Path, statement: str, victim: str = "host") -> dict[str, Any]:
     """One trial: build, erase ``VICTIM`` while ``statement`` (a key of STATEMENTS) is killed by ``victim``,
-    restart, resume; measure. Returns the benchmark's keys and, for the tests, what each process said."""
+    restart, resume; measure. Returns the benchmark's keys and, for the tests, what each process said.
+    ``finished_on_resume``: the saga is done once ``tombstone resume`` has run (where the erasing process
+    survived the kill it may have finished the saga itself; the resume then finds nothing to do)."""
     import psutil
     import psycopg
 
@@ -204,14 +206,18 @@ def trial(root: Path, statement: str, victim: str = "host") -> dict[str, Any]:
                 except psycopg.Error:
                     pass
         out.update(erase_rc=erase.returncode, erase_stdout=erase_out, erase_stderr=erase_err)
-        restarted = time.monotonic()
+        erase_ended = restarted = time.monotonic()
         resumed = subprocess.run(_cli("resume", "--config", config), capture_output=True, text=True, env=_env(),
                                  timeout=600)
         out.update(resume_rc=resumed.returncode, resume_stdout=resumed.stdout, resume_stderr=resumed.stderr)
-        # From the restart (host, postmaster: resume starts the server; backend: the server recovers by
-        # itself while the erasure retries) to the saga finished or dead-lettered.
+        # host: from the restart (resume starts the server) to the saga finished or dead-lettered; postmaster
+        # and backend: the erasing process lives on, so from the kill to the end of the erasure, or of the
+        # resume when the erasure left work for it.
         finished_at = time.monotonic()
-        out["recovery_s"] = finished_at - (restarted if victim == "host" else killed_at)
+        if victim == "host":
+            out["recovery_s"] = finished_at - restarted
+        else:
+            out["recovery_s"] = (erase_ended if erase.returncode == 0 else finished_at) - killed_at
 
         with Tombstone(load_config(config)) as tomb:
             sagas = [s for s in tomb.lineage.sagas() if s["subject"] == VICTIM]

@@ -132,3 +132,31 @@ def test_a_postgres_someone_else_started_on_the_directory_is_left_alone(tmp_path
     finally:
         foreign.stop()
     assert postgres_on(data) == []
+
+
+def test_a_pytest_session_started_meanwhile_does_not_lock_the_server_out_of_its_data_directory(tmp_path):
+    """The cause of an intermittent setup error ("initdb: could not access directory ...: Permission denied"):
+    every pytest session that starts takes group and other permissions off the shared
+    ``/tmp/pytest-of-<user>``, and as root the server runs as ``pgserver``, which must traverse every folder
+    above its data directory. The suite's temporary folders are its own (tests/conftest.py), so a session
+    started meanwhile (here, as test_report does, a nested one) no longer reaches them."""
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    (inner / "test_x.py").write_text("def test_x(tmp_path):\n    assert tmp_path.is_dir()\n")
+    nested = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(inner / "test_x.py")],
+                            capture_output=True, text=True, cwd=inner, timeout=300)
+    assert nested.returncode == 0, nested.stdout[-1000:]
+    import getpass
+    import tempfile
+
+    shared = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
+    # Control: the nested session did what any new session does to the shared folder.
+    assert shared.is_dir() and shared.stat().st_mode & 0o077 == 0
+    assert shared not in tmp_path.parents
+    data = tmp_path / "data"
+    try:
+        with psycopg.connect(server.embedded_dsn(data)) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        server.stop_embedded(data)
+    assert postgres_on(data) == []
