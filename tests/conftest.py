@@ -43,10 +43,10 @@ _OWN_BASETEMP: list[Path] = []
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     """A base temporary folder of this session's own, unless --basetemp names one. Under pytest's shared
-    ``/tmp/pytest-of-<user>`` every session that starts (another suite on the machine, or the one
-    test_report runs in a subprocess) takes group and other permissions off that folder again; as root the
-    embedded PostgreSQL runs as the ``pgserver`` user, which then could no longer reach a data directory
-    below it, and initdb or the server failed with "Permission denied" in whichever test started one."""
+    ``/tmp/pytest-of-<user>`` every pytest session that starts on the machine (another suite run meanwhile)
+    takes group and other permissions off that folder again; as root the embedded PostgreSQL runs as the
+    ``pgserver`` user, which then could no longer reach a data directory below it, and initdb or the server
+    failed with "Permission denied" in whichever test started one."""
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         base = Path(tempfile.mkdtemp(prefix="tombstone-pytest-"))
         _OWN_BASETEMP.append(base)

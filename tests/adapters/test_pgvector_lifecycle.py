@@ -139,7 +139,7 @@ def test_a_pytest_session_started_meanwhile_does_not_lock_the_server_out_of_its_
     every pytest session that starts takes group and other permissions off the shared
     ``/tmp/pytest-of-<user>``, and as root the server runs as ``pgserver``, which must traverse every folder
     above its data directory. The suite's temporary folders are its own (tests/conftest.py), so a session
-    started meanwhile (here, as test_report does, a nested one) no longer reaches them."""
+    started meanwhile (here a nested one, without --basetemp) no longer reaches them."""
     inner = tmp_path / "inner"
     inner.mkdir()
     (inner / "test_x.py").write_text("def test_x(tmp_path):\n    assert tmp_path.is_dir()\n")
