@@ -326,15 +326,15 @@ def postgres_on(data: Path) -> list:
     return found
 
 
-def _is_postmaster(proc) -> bool:
+def _is_postmaster(proc) -> bool | None:
     """A postmaster keeps the argument vector it was started with; its children retitle themselves
-    (``postgres: checkpointer``, ``postgres: app db [local] VACUUM``)."""
+    (``postgres: checkpointer``, ``postgres: app db [local] VACUUM``). None when unreadable."""
     import psutil
 
     try:
         cmdline = proc.cmdline()
     except psutil.Error:
-        return False
+        return None
     return bool(cmdline) and not cmdline[0].startswith("postgres:")
 
 
@@ -370,7 +370,7 @@ def clear_crashed(data: Path, sockets: Path) -> list[str]:
         _Process(proc.pid, started).stop()
         done.append(f"stopped an earlier server of ours (pid {proc.pid}) Tombstone had lost track of")
     # Again: a postmaster just stopped took its children with it; what is left has no postmaster.
-    orphans = [proc for proc in postgres_on(data) if not _is_postmaster(proc)]
+    orphans = [proc for proc in postgres_on(data) if _is_postmaster(proc) is False]
     for proc in orphans:
         with contextlib.suppress(psutil.Error):
             proc.kill()
@@ -501,7 +501,7 @@ class InPlaceServer:
         if not self.holds and self.leaving:
             self.leave()
 
-    def release(self) -> None:
+    def release(self) -> bool:
         """Whoever started the server is done with it: this process leaves now, or, while a holder in it still
         uses the server, when the last holder lets go (``unhold``). Returns True when it left now."""
         if self.holds:

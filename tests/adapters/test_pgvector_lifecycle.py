@@ -57,7 +57,9 @@ def test_a_stale_postmaster_pid_naming_an_unrelated_live_process_is_not_signalle
     server.embedded_dsn(data)
     server.stop_embedded(data)
     assert postgres_on(data) == []
-    sleeper = subprocess.Popen(["sleep", "300"])
+    # As the server's own user (PostgreSQL takes a pid it may not signal for stale, so only a process it
+    # could signal makes it refuse to start).
+    sleeper = subprocess.Popen(["sleep", "300"], **({"user": "pgserver"} if os.geteuid() == 0 else {}))
     try:
         # What a crash leaves, with its pid reused by an unrelated process (or the file planted).
         (data / "postmaster.pid").write_text(f"{sleeper.pid}\n{data}\n1700000000\n5432\n\n\n  5432001 0\n")
@@ -158,5 +160,42 @@ def test_a_pytest_session_started_meanwhile_does_not_lock_the_server_out_of_its_
         with psycopg.connect(server.embedded_dsn(data)) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
+        server.stop_embedded(data)
+    assert postgres_on(data) == []
+
+
+def test_backends_left_by_a_killed_postmaster_are_killed_before_the_next_start(tmp_path):
+    """A backend busy computing does not notice its postmaster's death and keeps the old shared memory
+    attached, so PostgreSQL would refuse to start again ("pre-existing shared memory block is still in
+    use"). The next start kills it (a postgres in this data directory with no postmaster) and comes up."""
+    import psutil
+
+    data = tmp_path / "data"
+    dsn = server.embedded_dsn(data)
+    busy = psycopg.connect(dsn, autocommit=True)
+    try:
+        busy.pgconn.send_query(b"SELECT count(*) FROM generate_series(1, 100000000000)")
+        with psycopg.connect(dsn, autocommit=True) as watch:
+            for _ in range(3000):
+                rows = watch.execute("SELECT pid FROM pg_stat_activity WHERE state = 'active'"
+                                     " AND query LIKE 'SELECT count(*) FROM generate_series%'").fetchall()
+                if rows:
+                    break
+                watch.execute("SELECT pg_sleep(0.01)")
+        assert rows, "the busy statement never showed in pg_stat_activity"
+        backend = rows[0][0]
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        assert psutil.Process(backend).ppid() == postmaster
+        os.kill(postmaster, signal.SIGKILL)
+        psutil.Process(postmaster).wait(60) if psutil.pid_exists(postmaster) else None
+        # Control: the backend outlived its postmaster.
+        assert backend in [p.pid for p in postgres_on(data)]
+        with psycopg.connect(server.embedded_dsn(data)) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert not psutil.pid_exists(backend) or psutil.Process(backend).status() == psutil.STATUS_ZOMBIE
+        log = (server._servers[str(data.resolve())].state / "server.log").read_text()
+        assert f"killed process {backend} of a crashed server" in log
+    finally:
+        busy.close()
         server.stop_embedded(data)
     assert postgres_on(data) == []
