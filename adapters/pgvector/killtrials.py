@@ -227,6 +227,7 @@ def trial(root: Path, statement: str, victim: str = "host") -> dict[str, Any]:
         receipt_path = Path(config).parent / "receipts" / f"{VICTIM}.json"
         receipt = json.loads(receipt_path.read_text()) if receipt_path.exists() else None
         out["statuses"] = {a["artifact_id"]: (a["status"], a["level"]) for a in receipt["artifacts"]} if receipt else {}
+        out["reasons"] = sorted({a.get("reason") or "" for a in receipt["artifacts"]}) if receipt else []
         erased = [aid for aid in rows if aid.startswith(f"{VICTIM}-")]
         with psycopg.connect(embedded_dsn(data), autocommit=True) as conn:
             after = dict(conn.execute(f"SELECT id, embedding::text FROM {TABLE}").fetchall())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -161,9 +162,23 @@ def dsn_from(options: Mapping[str, Any], store: str) -> str:
     raise ConfigError(f"store {store!r}: the pgvector backend needs dsn = \"postgresql://...\" or data_dir = \"...\"")
 
 
+RECOVERY_WAIT = 120.0
+"""Seconds a connection waits for a server that says it is starting up or recovering (after a crash of one
+of its processes, PostgreSQL restarts them all and replays its log), before the attempt counts as failed."""
+_NOT_YET = ("the database system is starting up", "the database system is in recovery mode",
+            "the database system is not yet accepting connections")
+
+
 def connect(dsn: str, store: str) -> psycopg.Connection:
-    try:
-        conn = psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise StoreUnavailableError(" ".join(f"cannot connect to PostgreSQL: {exc}".split()), store=store) from exc
-    return conn
+    deadline = time.monotonic() + RECOVERY_WAIT
+    pause = 0.05
+    while True:
+        try:
+            return psycopg.connect(dsn, autocommit=True)
+        except psycopg.Error as exc:
+            recovering = getattr(exc, "sqlstate", None) == "57P03" or any(s in str(exc) for s in _NOT_YET)
+            if not recovering or time.monotonic() > deadline:
+                raise StoreUnavailableError(" ".join(f"cannot connect to PostgreSQL: {exc}".split()),
+                                            store=store) from exc
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)

@@ -20,6 +20,7 @@ def check(result: dict) -> None:
     assert result["survivors_lost"] == 0, said
     assert result["false_verified"] == 0, (result["leaks"], result["statuses"])
     assert result["finished_on_resume"] or result["dead_lettered"], said
+    said += f"\ndead letters: {result['dead_letters']}\nreasons: {result['reasons']}"
     for reason in result["dead_letters"]:
         assert reason.strip() and "\n" not in reason.strip(), reason
     if result["victim"] == "host":
@@ -29,8 +30,13 @@ def check(result: dict) -> None:
         assert "no interrupted erasure to resume" in result["resume_stdout"], said
     if not result["finished_on_resume"]:
         assert result["resume_rc"] != 0, said  # work remains: never exit 0
+    elif result["dead_lettered"]:
+        # finished with a receipt that says what is left to do: never VERIFIED, and never exit 0
+        assert "VERIFIED" not in {s for s, _ in result["statuses"].values()}, result["statuses"]
+        assert (result["resume_rc"] if result["victim"] == "host" else result["erase_rc"]) != 0, said
     else:
-        assert set(result["statuses"]) and {s for s, _ in result["statuses"].values()} == {"VERIFIED"}, result["statuses"]
+        assert set(result["statuses"]) and {s for s, _ in result["statuses"].values()} == {"VERIFIED"}, \
+            (result["statuses"], result["reasons"], said)
         assert result["leaks"] == {}, result["leaks"]
 
 
