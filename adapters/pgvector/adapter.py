@@ -30,7 +30,7 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
-from .server import connect, dsn_from, read_only_dsn
+from .server import connect, dsn_from, hold_embedded, read_only_dsn, unhold_embedded
 from .store import BACKEND, TOMBSTONED, PgVectorStore, lock_table, unlock_table
 from .hooks import PgVectorHooks
 
@@ -56,11 +56,23 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         self.require("table")
         self._copy: Any = None
         """Read-only on an embedded data directory: the server on its private copy (``embedded.PrivateCopy``)."""
+        self._held = bool(options.get("data_dir") and not options.get("dsn") and not self.read_only)
+        """Whether this adapter holds the embedded server (``server.hold_embedded``) until ``close``."""
         try:
+            if self._held:
+                hold_embedded(options["data_dir"])
             self._connect()
         except BaseException:
-            self._close_copy()
+            self._let_go()
             raise
+
+    def _let_go(self) -> None:
+        try:
+            self._close_copy()
+        finally:
+            if self._held:
+                self._held = False
+                unhold_embedded(self.options["data_dir"])
 
     def _dsn(self) -> str:
         if self.read_only and not self.options.get("dsn") and self.options.get("data_dir"):
@@ -94,7 +106,7 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         try:
             self.conn.close()
         finally:
-            self._close_copy()
+            self._let_go()
 
     @classmethod
     def credential_destination(cls, store: str, options: Mapping[str, Any]) -> str | None:

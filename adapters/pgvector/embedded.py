@@ -305,6 +305,91 @@ class _Process:
         return True
 
 
+# -- a crashed server's leftovers ---------------------------------------------------------------------
+
+def postgres_on(data: Path) -> list:
+    """Live ``postgres`` processes (psutil) whose working directory is ``data``: a postmaster changes into its
+    data directory before anything else, and every process it forks inherits that. Nothing is trusted from the
+    data directory itself."""
+    import psutil
+
+    real = os.path.realpath(data)
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] != "postgres":
+            continue
+        try:
+            if os.path.realpath(proc.cwd()) == real and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _is_postmaster(proc) -> bool | None:
+    """A postmaster keeps the argument vector it was started with; its children retitle themselves
+    (``postgres: checkpointer``, ``postgres: app db [local] VACUUM``). None when unreadable."""
+    import psutil
+
+    try:
+        cmdline = proc.cmdline()
+    except psutil.Error:
+        return None
+    return bool(cmdline) and not cmdline[0].startswith("postgres:")
+
+
+def clear_crashed(data: Path, sockets: Path) -> list[str]:
+    """Before a server starts on ``data``: end what a crashed one left there, and nothing else.
+
+    - a postmaster Tombstone started on this directory (its command line names our socket folder) that
+      Tombstone lost track of is stopped (fast shutdown, then harder);
+    - processes of a server whose postmaster is gone (orphaned backends, which keep the old shared memory
+      attached, so PostgreSQL refuses to start) are killed: they can no longer do any good;
+    - a postmaster someone else started there is never signalled: StoreUnavailableError in one line;
+    - a ``postmaster.pid`` naming a live process that is not a postgres on this directory (a pid reused, or
+      the file planted) is removed, and that process is never signalled; one naming a dead pid is left for
+      PostgreSQL, which checks it itself.
+
+    Returns one line per action, for the server log."""
+    import psutil
+
+    done: list[str] = []
+    procs = postgres_on(data)
+    ours_flag = f"unix_socket_directories={sockets}"
+    for proc in procs:
+        if not _is_postmaster(proc):
+            continue
+        try:
+            mine = ours_flag in proc.cmdline()
+            started = proc.create_time()
+        except psutil.Error:
+            continue
+        if not mine:
+            raise StoreUnavailableError(f"a PostgreSQL that Tombstone did not start (pid {proc.pid}) runs on {data}:"
+                                        " stop it, or give the store its dsn")
+        _Process(proc.pid, started).stop()
+        done.append(f"stopped an earlier server of ours (pid {proc.pid}) Tombstone had lost track of")
+    # Again: a postmaster just stopped took its children with it; what is left has no postmaster.
+    orphans = [proc for proc in postgres_on(data) if _is_postmaster(proc) is False]
+    for proc in orphans:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+            done.append(f"killed process {proc.pid} of a crashed server")
+    psutil.wait_procs(orphans, timeout=STOP_TIMEOUT)
+    pid_file = data / "postmaster.pid"
+    try:
+        first = pid_file.read_text(errors="replace").split("\n", 1)[0].strip()
+    except OSError:
+        first = ""
+    if first.lstrip("-").isdigit():
+        named = int(first)
+        alive = named > 0 and psutil.pid_exists(named)
+        if alive and not any(p.pid == named for p in postgres_on(data)):
+            pid_file.unlink(missing_ok=True)
+            done.append(f"removed a postmaster.pid naming pid {named}, which is not a server on this directory")
+    return done
+
+
 # -- the operator's data directory, in place ---------------------------------------------------------
 
 def _state_root() -> Path:
@@ -330,6 +415,9 @@ class InPlaceServer:
         self.dsn = socket_dsn(self.sockets)
         self.process: _Process | None = None
         self.joined = False
+        self.holds = 0
+        """Users in this process that asked to keep the server (``hold``): a ``release`` waits for them."""
+        self.leaving = False
 
     @contextlib.contextmanager
     def _locked(self):
@@ -390,18 +478,42 @@ class InPlaceServer:
                 os.chown(self.data, *self.ids)
         if not (self.data / "PG_VERSION").exists():
             initdb(self.bins, self.data, self.ids)
+        cleared = clear_crashed(self.data, self.sockets)
+        log = self.state / "server.log"
+        if cleared:
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write("".join(f"tombstone: {line}\n" for line in cleared))
         for stale in self.sockets.iterdir():  # a socket of a server that is gone
             stale.unlink()
-        log = self.state / "server.log"
         process = _Process.launch(self.bins, self.data, self.sockets, HARDENING, log, self.ids)
         process.wait_ready(self.dsn, self.data, log)
         write_atomic(self.state / "server.json", json.dumps({"pid": process.pid, "started": process.started,
                                                              "data_dir": str(self.data)}).encode())
         return process
 
+    def hold(self) -> None:
+        """Join, and count one more user in this process (an open adapter): ``release`` waits for its ``unhold``."""
+        self.join()
+        self.holds += 1
+
+    def unhold(self) -> None:
+        self.holds = max(0, self.holds - 1)
+        if not self.holds and self.leaving:
+            self.leave()
+
+    def release(self) -> bool:
+        """Whoever started the server is done with it: this process leaves now, or, while a holder in it still
+        uses the server, when the last holder lets go (``unhold``). Returns True when it left now."""
+        if self.holds:
+            self.leaving = True
+            return False
+        self.leave()
+        return True
+
     def leave(self) -> None:
         """This process is done with the server: the last process to leave stops it (so does a process
         that never used it, when every process that did has ended, killed or not)."""
+        self.leaving = False
         if self.joined:
             self.joined = False
             atexit.unregister(self.leave)
@@ -481,4 +593,4 @@ class PrivateCopy:
         self.snapshot.close()
 
 
-__all__ = ["InPlaceServer", "PrivateCopy", "bin_dir", "private_dir", "service_ids"]
+__all__ = ["InPlaceServer", "PrivateCopy", "bin_dir", "clear_crashed", "postgres_on", "private_dir", "service_ids"]

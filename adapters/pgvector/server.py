@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -94,11 +95,30 @@ def embedded_dsn(data_dir: str | os.PathLike[str]) -> str:
     return server.dsn
 
 
+def hold_embedded(data_dir: str | os.PathLike[str]) -> str:
+    """As :func:`embedded_dsn`, counting one more user of the server in this process (an open adapter):
+    :func:`stop_embedded` then waits for the matching :func:`unhold_embedded`."""
+    server = _in_place(data_dir)
+    server.hold()
+    return server.dsn
+
+
+def unhold_embedded(data_dir: str | os.PathLike[str]) -> None:
+    server = _servers.get(str(Path(data_dir).resolve()))
+    if server is not None:
+        server.unhold()
+
+
 def stop_embedded(data_dir: str | os.PathLike[str]) -> None:
     """This process is done with the embedded server Tombstone started on ``data_dir``: it stops unless
-    another live process uses it (a process killed while using it counts as done)."""
+    another live process uses it (a process killed while using it counts as done). While a user in this
+    process still holds it (:func:`hold_embedded`), it stops when the last of them lets go."""
     key = str(Path(data_dir).resolve())
-    server = _servers.pop(key, None)
+    server = _servers.get(key)
+    if server is not None:
+        if server.release():
+            _servers.pop(key, None)
+        return
     if server is None:
         from .embedded import InPlaceServer
 
@@ -142,9 +162,23 @@ def dsn_from(options: Mapping[str, Any], store: str) -> str:
     raise ConfigError(f"store {store!r}: the pgvector backend needs dsn = \"postgresql://...\" or data_dir = \"...\"")
 
 
+RECOVERY_WAIT = 120.0
+"""Seconds a connection waits for a server that says it is starting up or recovering (after a crash of one
+of its processes, PostgreSQL restarts them all and replays its log), before the attempt counts as failed."""
+_NOT_YET = ("the database system is starting up", "the database system is in recovery mode",
+            "the database system is not yet accepting connections")
+
+
 def connect(dsn: str, store: str) -> psycopg.Connection:
-    try:
-        conn = psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise StoreUnavailableError(" ".join(f"cannot connect to PostgreSQL: {exc}".split()), store=store) from exc
-    return conn
+    deadline = time.monotonic() + RECOVERY_WAIT
+    pause = 0.05
+    while True:
+        try:
+            return psycopg.connect(dsn, autocommit=True)
+        except psycopg.Error as exc:
+            recovering = getattr(exc, "sqlstate", None) == "57P03" or any(s in str(exc) for s in _NOT_YET)
+            if not recovering or time.monotonic() > deadline:
+                raise StoreUnavailableError(" ".join(f"cannot connect to PostgreSQL: {exc}".split()),
+                                            store=store) from exc
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
