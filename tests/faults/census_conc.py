@@ -8,7 +8,7 @@ Run as a script it is one of the cell's processes (the test starts them; they si
 folder, so nothing waits on a timer):
 
 - ``write CONFIG STORE wrapper|raw DIR``: writes new subjects, one write after another, until ``DIR/stop``
-  appears, numbering each write in ``DIR/begin`` before it and ``DIR/end`` after it. Each write that
+  appears, numbering each try in ``DIR/begin`` before it and ``DIR/end`` after it. Each write that
   returned is appended to ``DIR/written.jsonl`` (ids and vectors); a write that raised to ``DIR/errors.txt``
   (and is tried again, as an app would).
 - ``erase CONFIG SUBJECT DIR``: ``tombstone erase``, with the pause point that ``TOMBSTONE_PAUSE_AT`` names
@@ -66,10 +66,17 @@ def build(root: Path, backends: list[str], subjects: int = 4) -> Path:
 
 
 def release(config_path: Path) -> None:
-    """Let go of what this process holds of the deployment's stores (Qdrant's folder lock)."""
+    """Let go of what this process holds of the deployment's stores: Qdrant's folder lock, and the embedded
+    PostgreSQL servers it started or joined (each stops once no live process uses it)."""
+    from tombstone.config import load_config
     from tombstone_adapters.qdrant.local import close_local_clients
 
     close_local_clients()
+    for cfg in load_config(config_path).stores.values():
+        if cfg.backend == "pgvector" and cfg.options.get("data_dir"):
+            from tombstone_adapters.pgvector.server import stop_embedded
+
+            stop_embedded(cfg.options["data_dir"])
 
 
 def options(config_path: Path, store: str) -> dict[str, Any]:
@@ -284,10 +291,11 @@ def writer_main(config_path: Path, store: str, mode: str, folder: Path) -> int:
     if tomb is not None:
         kit.tomb = tomb
     embedder = kit.embedder()
-    n = 0
+    n = tries = 0
     try:
         while not (folder / "stop").exists() and n < 500:
-            _mark(folder / "begin", n)
+            tries += 1
+            _mark(folder / "begin", tries)
             try:
                 if raw is not None:
                     ids, vecs = raw.write(n)
@@ -303,9 +311,9 @@ def writer_main(config_path: Path, store: str, mode: str, folder: Path) -> int:
                     break
                 continue
             finally:
-                _mark(folder / "end", n)
+                _mark(folder / "end", tries)
             with open(folder / "written.jsonl", "a") as fh:
-                fh.write(json.dumps({"n": n, "ids": ids, "vectors": vecs.tolist()}) + "\n")
+                fh.write(json.dumps({"n": n, "try": tries, "ids": ids, "vectors": vecs.tolist()}) + "\n")
             n += 1
     finally:
         if tomb is not None:
@@ -338,10 +346,12 @@ def erase_main(config_path: Path, subject: str, folder: Path) -> int:
         @staticmethod
         def sleep(_seconds: float) -> None:
             (folder / "in-reclaim").touch()
+            first = _read_mark(folder / "begin")
             deadline = time.monotonic() + RENDEZVOUS_WAIT
             while time.monotonic() < deadline:
                 begun, ended = _read_mark(folder / "begin"), _read_mark(folder / "end")
-                if begun is not None and (ended is None or ended < begun):  # a write is under way
+                # a write under way, or one begun (and maybe refused) since the reclaim took the store
+                if begun is not None and (ended is None or ended < begun or first is None or begun > first):
                     (folder / "attempt").write_text(str(begun))
                     return
                 time.sleep(0.005)
@@ -420,6 +430,13 @@ def writer_cell(root: Path, backend: str, mode: str) -> dict[str, Any]:
     asserts on and what it needs to show the fault happened."""
     root.mkdir(parents=True, exist_ok=True)
     config = build(root / "deploy", [backend])
+    try:
+        return _writer_cell(root, config, backend, mode)
+    finally:
+        release(config)
+
+
+def _writer_cell(root: Path, config: Path, backend: str, mode: str) -> dict[str, Any]:
     folder = root / "signals"
     folder.mkdir()
     erased_ids = set(_demo_ids(ERASED))
@@ -433,6 +450,11 @@ def writer_cell(root: Path, backend: str, mode: str) -> dict[str, Any]:
         eraser = _script("erase", str(config), ERASED, str(folder),
                          env_extra={"TOMBSTONE_PAUSE_AT": f"{PAUSE_POINTS[backend]}=1"})
         erase_out, erase_err = eraser.communicate(timeout=600)
+        # and a few more writes once the erasure has ended (a client left stale by it writes then)
+        last = _read_mark(folder / "begin") or 0
+        deadline = time.monotonic() + 120
+        while (_read_mark(folder / "end") or 0) < last + 3 and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         (folder / "stop").touch()
         w_out, w_err = writer.communicate(timeout=300)
@@ -482,7 +504,7 @@ def _after_attempt(folder: Path) -> int:
     first, path = _read_mark(folder / "attempt"), folder / "written.jsonl"
     if first is None or not path.exists():
         return 0
-    return sum(1 for line in path.read_text().splitlines() if json.loads(line)["n"] >= first)
+    return sum(1 for line in path.read_text().splitlines() if json.loads(line)["try"] >= first)
 
 
 def _demo_ids(subject: str) -> list[str]:
