@@ -12,7 +12,13 @@ finished, or says that work remains (exit 3) and ``resume`` finishes it or the d
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+if str(Path(__file__).parent) not in sys.path:  # the helpers beside it, whether or not tests/faults is a package
+    sys.path.insert(0, str(Path(__file__).parent))
 
 from census_conc import VECTOR_BACKENDS, writer_cell
 

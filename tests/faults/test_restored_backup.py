@@ -13,7 +13,13 @@ a deployment's data. The audit is the command that finds a returned subject.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+if str(Path(__file__).parent) not in sys.path:  # the helpers beside it, whether or not tests/faults is a package
+    sys.path.insert(0, str(Path(__file__).parent))
 
 from restore_conc import FILE_BACKENDS, restore_cell
 
