@@ -22,14 +22,15 @@ if str(Path(__file__).parent) not in sys.path:  # the helpers beside it, whether
 
 from census_conc import VECTOR_BACKENDS, writer_cell
 
-CHROMA_RAW = ("a Chroma PersistentClient that another process keeps open, outside Tombstone's lock, holds the"
-              " collection's HNSW index in its memory as it was before the erasure and writes it back"
-              " (index_metadata.pickle with the erased ids) on its next write after the reclaim: the receipt's"
-              " VERIFIED(physical) no longer holds on the final files, and tombstone audit says so."
-              " Tombstone cannot reach that process; the wrappers reload on the reclaim's epoch token")
-CELLS = [pytest.param(backend, mode, id=f"{backend}-{mode}", marks=[pytest.mark.slow] + (
-    [pytest.mark.xfail(strict=True, reason=CHROMA_RAW)] if (backend, mode) == ("chroma", "raw") else []))
-    for backend in VECTOR_BACKENDS for mode in ("wrapper", "raw")]
+CHROMA_RAW = ("known gap: a Chroma PersistentClient that another process keeps open outside the wrapper (no"
+              " lock, no epoch check) holds the collection's HNSW index as it loaded it before the erasure, and a"
+              " write of it that persists after the verify step puts the erased ids back in index_metadata.pickle:"
+              " the receipt says VERIFIED(physical) and the final files contradict it (tombstone audit exits 1)."
+              " Intermittent (it depends on when that client persists: 2 of 5 runs here), so not a strict xfail."
+              " A fix: at verify, name the processes that hold the persist directory's files open and are not"
+              " registered wrapper or adapter processes, and leave the artifacts UNVERIFIED while one does")
+CELLS = [pytest.param(backend, mode, id=f"{backend}-{mode}", marks=[pytest.mark.slow])
+         for backend in VECTOR_BACKENDS for mode in ("wrapper", "raw")]
 
 
 def _check(result: dict, backend: str, mode: str) -> None:
@@ -41,12 +42,15 @@ def _check(result: dict, backend: str, mode: str) -> None:
     if result["erase_code"] == 3:  # work remains: resume finishes it, or a dead letter says why in one line
         assert result["finished_on_resume"] or result["dead_lettered"], result["resume"]
         for letter in result["dead"]:
-            assert letter["last_error"] and "\n" not in letter["last_error"], letter
+            assert letter["error"] and "\n" not in letter["error"], letter
     else:
         assert not result["dead_lettered"], result["dead"]
     assert result["survivors_lost"] == 0, f"survivors lost: {result['lost']}"
     if not result["dead_lettered"]:
         assert result["still_there"] == [], "the erased records are still in the store"
+    if result["false_verified"] and (backend, mode) == ("chroma", "raw"):
+        assert result["audit_code"] == 1  # the audit of the final files does say so
+        pytest.xfail(CHROMA_RAW)
     assert result["false_verified"] == 0, (
         f"VERIFIED on the receipt, contradicted by the final files: {result['false_verified_ids']}")
 
