@@ -9,6 +9,7 @@ reclaim and one probe pass per store and one saga and signed receipt per subject
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,8 @@ def measure(backend: str, size: int, tmp: Path) -> dict:
         done = tomb.erase_many(refs[3 : 3 + SUBJECTS])
         batch = time.perf_counter() - t
         assert len(done) == SUBJECTS and all(r["summary"].get("VERIFIED") == 100 for r, _ in done)
-    return {"backend": backend, "size": size, "single": statistics.median(singles), "batch": batch}
+    return {"backend": backend, "size": size, "single": statistics.median(singles), "batch": batch,
+            "load": os.getloadavg()[0]}
 
 
 def run(tmp: Path) -> dict:
@@ -80,6 +82,10 @@ def section(result: dict) -> str:
         extra = (r["batch"] - r["single"]) / (SUBJECTS - 1)
         lines.append(f"| {r['backend']} | {r['size']:,} | {r['single']:.2f} s | {r['batch']:.2f} s |"
                      f" {r['batch'] / r['single']:.1f}× | {extra * 1000:.0f} ms |")
+    loads = [r["load"] for r in result["rows"] if "load" in r]
+    if loads:
+        lines += ["", f"The host's one-minute load average as each case ended: {min(loads):.1f} to {max(loads):.1f}"
+                      f" ({os.cpu_count()} cores); compare a row's two columns, not rows of runs under different load."]
     if result["failed"]:
         lines += ["", f"Failed (not measured in this run): {', '.join(result['failed'])}."]
     return "\n".join(lines)
