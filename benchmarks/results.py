@@ -20,6 +20,7 @@ import dataset_shards
 import docstore_erase
 import docstore_residue
 import faiss_threads
+import faults
 import forensic_scan
 import lora_copies
 import model_unlearning
@@ -40,7 +41,7 @@ from common import header
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, crash_trials, batches,
     batch_scale, workers, caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, forensic_scan, semantic, semantic_templated,
-    semantic_batch, model_unlearning, lora_copies, startup,
+    semantic_batch, model_unlearning, lora_copies, faults, startup,
 )}
 
 

@@ -24,7 +24,7 @@ from common import RESULTS, temp_dir
 RUN_ORDER = ("docstore_residue", "docstore_erase", "scan_rate", "crash_trials", "caches", "dataset_shards",
              "dataset_copies", "batches", "batch_scale", "faiss_threads", "workers", "pgvector_residue", "vector_stores", "write_path",
              "read_path", "scale", "forensic_scan", "semantic", "semantic_templated", "semantic_batch", "model_unlearning", "lora_copies",
-             "startup")
+             "faults", "startup")
 assert sorted(RUN_ORDER) == sorted(results.MODULES)
 
 

@@ -1,0 +1,90 @@
+"""Faults in the stores themselves: every cell of the fault matrix, N trials each.
+
+The cells come from ``faults_pg`` (the embedded PostgreSQL killed during the pgvector reclaim), ``faults_conc``
+(another process writing during the reclaim; a backup restored after the erasure) and ``faults_disk`` (the
+disk full while a reclaim writes; the store's folder read-only between suppression and reclaim). Each cell's
+``CELLS[name](folder)`` runs one trial in a fresh folder and returns ``survivors_lost``, ``false_verified``,
+``finished_on_resume``, ``dead_lettered`` and ``recovery_s``.
+
+Trials per cell: ``TOMBSTONE_BENCH_FAULT_TRIALS`` (default 20) for the kill cells, and
+``TOMBSTONE_BENCH_FAULT_OTHER_TRIALS`` (default 5) for the others; ``TOMBSTONE_BENCH_FAULT_CELLS`` (comma-
+separated prefixes) limits which cells run. A trial that raises is counted as failed, with its error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import statistics
+import sys
+import traceback
+from pathlib import Path
+
+HEADINGS = ("Faults in the stores: survivors, false VERIFIED, recovery",)
+SOURCES = ("faults_pg", "faults_conc", "faults_disk")
+KILL_TRIALS = int(os.environ.get("TOMBSTONE_BENCH_FAULT_TRIALS", "20"))
+OTHER_TRIALS = int(os.environ.get("TOMBSTONE_BENCH_FAULT_OTHER_TRIALS", "5"))
+
+
+def _cells() -> dict[str, tuple[str, object]]:
+    cells: dict[str, tuple[str, object]] = {}
+    for source in SOURCES:
+        try:
+            module = importlib.import_module(source)
+        except ImportError as exc:  # a source whose store is not installed here
+            print(f"  {source}: not run ({exc})", file=sys.stderr, flush=True)
+            continue
+        for name, trial in module.CELLS.items():
+            cells[f"{source.removeprefix('faults_')}:{name}"] = (source, trial)
+    wanted = [w for w in os.environ.get("TOMBSTONE_BENCH_FAULT_CELLS", "").split(",") if w]
+    return {n: c for n, c in cells.items() if not wanted or any(n.startswith(w) for w in wanted)}
+
+
+def run(tmp: Path) -> dict:
+    rows = []
+    for name, (source, trial) in _cells().items():
+        trials = KILL_TRIALS if source == "faults_pg" else OTHER_TRIALS
+        outcomes, errors = [], []
+        for n in range(trials):
+            folder = tmp / f"{name.replace(':', '-')}-{n}"
+            folder.mkdir(parents=True)
+            try:
+                outcomes.append(trial(folder))
+            except Exception as exc:  # noqa: BLE001 - a failed trial is reported, the others still run
+                traceback.print_exc()
+                errors.append(f"{type(exc).__name__}: {exc}".splitlines()[0][:160])
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        recovery = [o["recovery_s"] for o in outcomes if o.get("recovery_s") is not None]
+        rows.append({"cell": name, "trials": trials, "ran": len(outcomes), "errors": errors,
+                     "survivors_lost": sum(o["survivors_lost"] for o in outcomes),
+                     "false_verified": sum(o["false_verified"] for o in outcomes),
+                     "finished": sum(bool(o["finished_on_resume"]) for o in outcomes),
+                     "dead_lettered": sum(bool(o["dead_lettered"]) for o in outcomes),
+                     "recovery": statistics.median(recovery) if recovery else None})
+        print(f"  {name}: {rows[-1]}", file=sys.stderr, flush=True)
+    return {"rows": rows}
+
+
+def section(result: dict) -> str:
+    lines = [
+        f"## {HEADINGS[0]}",
+        "",
+        "Each cell injects one fault into a real store during an erasure (`benchmarks/faults.py`; the tests under"
+        " `tests/faults/` keep one trial per cell). *Survivors lost*: other subjects' records missing or changed"
+        " afterwards (must be 0). *False VERIFIED*: erased artifacts a receipt calls VERIFIED that an independent"
+        " read of the final files still finds, or, for a restored backup, an audit that still calls the receipt"
+        " sound (must be 0). *Finished*: sagas that ended with a receipt (at once or on `tombstone resume`);"
+        " *dead-lettered*: those that ended in the dead-letter list with a one-line reason. *Recovery*: median"
+        " time from lifting the fault (restart, space freed, folder writable again) to the saga's end.",
+        "",
+        "| cell | trials | survivors lost | false VERIFIED | finished | dead-lettered | median recovery | failed trials |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        recovery = f"{r['recovery']:.1f} s" if r["recovery"] is not None else "—"
+        failed = f"{len(r['errors'])}: {r['errors'][0]}" if r["errors"] else "0"
+        lines.append(f"| {r['cell']} | {r['ran']} of {r['trials']} | {r['survivors_lost']} | {r['false_verified']} |"
+                     f" {r['finished']} | {r['dead_lettered']} | {recovery} | {failed} |")
+    return "\n".join(lines)
