@@ -5,7 +5,8 @@ Used by ``tests/faults/test_disk.py`` and ``benchmarks/faults_disk.py``. Needs r
 builds a one-backend demo deployment, puts the store's folder on its own tmpfs, runs ``tombstone erase`` and
 kills it (SIGKILL) just before the store's reclaim, puts the fault in place, runs ``tombstone resume`` with
 the fault held, lifts the fault (the tmpfs grown again, or remounted read-write) and runs ``tombstone resume``
-again (``tombstone dlq retry`` when the saga ended with a dead letter). It reports what the operator and an
+again (``tombstone dlq retry`` when the saga ended with a dead letter, ``tombstone erase`` again when it ended
+with a receipt whose action says so: a FAISS store found not writable skips its reclaim). It reports what the operator and an
 auditor would see:
 
 - ``survivors_lost``: survivors (every record not erased) lost, changed or not found by a search with their
@@ -39,7 +40,7 @@ BACKENDS = ("chroma", "faiss", "qdrant", "docstore", "dataset", "lora")
 FAULTS = ("enospc", "readonly")
 MARKERS = {
     "enospc": ("no space left on device", "enospc", "errno 28", "database or disk is full"),
-    "readonly": ("read-only file system", "erofs", "errno 30", "readonly database", "read-only"),
+    "readonly": ("read-only file system", "erofs", "errno 30", "readonly database", "read-only", "not writable"),
 }
 
 
@@ -210,15 +211,18 @@ def run_cell(template: Path, backend: str, fault: str, root: Path) -> dict[str, 
         if state["running"]:
             after = cli("resume", "--config", str(config))
             out["finished_on_resume"] = after.returncode == 0 and not saga_state(config)["running"]
-        else:
+        elif state["dead_letters"]:
             after = cli("dlq", "retry", "--config", str(config))
+            out["finished_on_resume"] = False
+        else:  # the saga ended with a receipt whose action is to erase again (a reclaim that could not run)
+            after = cli("erase", SUBJECT, "--config", str(config))
             out["finished_on_resume"] = False
         out["recovery_s"] = time.perf_counter() - start
         out["rc_after_lift"] = after.returncode
         out["stderr_after_lift"] = after.stderr.strip()
         out["recovered"] = after.returncode == 0 and not saga_state(config)["running"]
         latest = max((root / "receipts").glob("*.json"), key=lambda p: p.stat().st_mtime_ns, default=None)
-        if latest is not None and latest != receipt or (latest is not None and out["receipt_during_fault"] is None):
+        if latest is not None and (latest != receipt or out["receipt_during_fault"] is None):
             out["false_verified"] += audit_disagreements(config, latest)
             out["receipt_after_lift"] = json.loads(latest.read_text())
         now = census_mod.census(config)
