@@ -77,6 +77,15 @@ def zero_past(path: Path, keep: int) -> int:
     return size - keep
 
 
+def _write_refused(path: Path) -> str | None:
+    """Why ``chroma.sqlite3`` cannot be opened for writing (a read-only mount, no permission), or None."""
+    try:
+        os.close(os.open(path / "chroma.sqlite3", os.O_RDWR))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 class ChromaAdapter(ChromaHooks, Adapter):
     """Options: ``path`` (the persist directory), ``collection`` (its name) and, optionally, ``id_key``:
     a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
@@ -142,11 +151,15 @@ class ChromaAdapter(ChromaHooks, Adapter):
             self._col = None
             with self.store_lock():  # another process may be mid-rewrite: its copy is not a leftover
                 self.collection()  # fail now, with one line, if the collection is missing
-        except BaseException:
+        except BaseException as exc:
             if self._snapshot is not None:
                 if getattr(self, "client", None) is not None:
                     self.client.close()
                 self._snapshot.close()
+            refused = None if self._snapshot is not None or not isinstance(exc, Exception) else _write_refused(self.path)
+            if refused:  # Chroma's own error says nothing of the cause (on a read-only mount, an AttributeError)
+                raise StoreUnavailableError(f"cannot open Chroma store {self.path}: chroma.sqlite3 cannot be"
+                                            f" written ({refused})", store=store) from exc
             raise
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:

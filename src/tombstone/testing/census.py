@@ -47,7 +47,9 @@ Census = dict[str, dict[str, Entry]]
 
 
 def _digest(value: Any) -> str:
-    return hashlib.sha256(repr(value).encode("utf-8")).hexdigest()
+    """Of the value's JSON with sorted keys: a record read back with its metadata's keys in another order is
+    the same record."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=repr).encode("utf-8")).hexdigest()
 
 
 def _lora_entries(options: Mapping[str, Any]) -> dict[str, Entry]:

@@ -184,7 +184,8 @@ def run_cell(template: Path, backend: str, fault: str, root: Path) -> dict[str, 
     before = census_mod.census(config)
     mount = StoreMount(store_folder(config, store))
     out: dict[str, Any] = {"backend": backend, "fault": fault, "survivors_before": census_mod.count(before),
-                           "erased": len(erased)}
+                           "erased": len(erased),
+                           "erased_in_census": sum((s, i) in erased for s, ids in before.items() for i in ids)}
     try:
         killed = cli("erase", SUBJECT, "--config", str(config), env={"TOMBSTONE_KILL_AT": f"saga:reclaim:{store}:before"})
         if killed.returncode != -signal.SIGKILL:
