@@ -44,6 +44,11 @@ MARKERS = {
 }
 
 
+HEADROOM: dict[str, int] = {"chroma": 64 * 1024}
+"""Bytes left free when the disk fills, per backend (none by default). Chroma's client cannot open a folder
+with no free page at all (its write-ahead log): 64 KiB lets it open, and its reclaim's writes still fail."""
+
+
 def mount_refused() -> str | None:
     """Why this process cannot mount a tmpfs (None when it can)."""
     if os.geteuid() != 0:
@@ -98,9 +103,9 @@ class StoreMount:
         st = os.statvfs(self.path)
         return st.f_bavail * st.f_frsize
 
-    def fill(self) -> None:
-        """No free page left: the size shrunk to what the files hold."""
-        _mount("-o", f"remount,size={max(self.used(), 4096)}", str(self.path))
+    def fill(self, headroom: int = 0) -> None:
+        """``headroom`` bytes free (rounded up to a page), no more: the size shrunk to what the files hold."""
+        _mount("-o", f"remount,size={max(self.used() + headroom, 4096)}", str(self.path))
 
     def readonly(self) -> None:
         _mount("-o", "remount,ro", str(self.path))
@@ -175,7 +180,7 @@ def audit_disagreements(config_path: Path, receipt: Path) -> int:
     return len(bad) or len(verified)
 
 
-def run_cell(template: Path, backend: str, fault: str, root: Path) -> dict[str, Any]:
+def run_cell(template: Path, backend: str, fault: str, root: Path, headroom: int | None = None) -> dict[str, Any]:
     """One trial of ``fault`` on ``backend``'s store (see the module's docstring); ``root`` must not exist."""
     copy_deployment(template, root)
     config = root / "tombstone.toml"
@@ -191,7 +196,7 @@ def run_cell(template: Path, backend: str, fault: str, root: Path) -> dict[str, 
         if killed.returncode != -signal.SIGKILL:
             raise RuntimeError(f"erase was not stopped before the reclaim (rc {killed.returncode}): {killed.stderr[-800:]}")
         if fault == "enospc":
-            mount.fill()
+            mount.fill(HEADROOM.get(backend, 0) if headroom is None else headroom)
             out["free_bytes_during_fault"] = mount.free()
         else:
             mount.readonly()
