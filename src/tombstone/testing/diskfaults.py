@@ -6,7 +6,7 @@ builds a one-backend demo deployment, puts the store's folder on its own tmpfs, 
 kills it (SIGKILL) just before the store's reclaim, puts the fault in place, runs ``tombstone resume`` with
 the fault held, lifts the fault (the tmpfs grown again, or remounted read-write) and runs ``tombstone resume``
 again (``tombstone dlq retry`` when the saga ended with a dead letter, ``tombstone erase`` again when it ended
-with a receipt whose action says so: a FAISS store found not writable skips its reclaim). It reports what the operator and an
+with a receipt that only says what to do). It reports what the operator and an
 auditor would see:
 
 - ``survivors_lost``: survivors (every record not erased) lost, changed or not found by a search with their
