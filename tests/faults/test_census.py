@@ -30,12 +30,11 @@ def test_docstore_row_lost_or_changed_is_reported(tomb):
     assert problems == sorted([f"docs/{bob[0]}: lost", f"docs/{bob[1]}: content changed"])
 
 
-def test_vectors_and_groups():
-    before = {"s": {"a": Entry("d", (1.0, 0.0)), "b": Entry("d", (0.0, 1.0)),
-                    "shard:x": Entry("w1", group="shard"), "shard:y": Entry("w1", group="shard"),
-                    "other:z": Entry("w2", group="other")}}
-    after = {"s": {"a": Entry("d", (1.0, 1e-7)), "b": Entry("d", (0.0, 0.9)),
-                   "shard:y": Entry("w3", group="shard"), "other:z": Entry("w4", group="other")}}
+def test_vectors_and_content_shared_with_an_erased_record():
+    before = {"s": {"a": Entry("d1", (1.0, 0.0)), "b": Entry("d2", (0.0, 1.0)),
+                    "shard:x": Entry("w1"), "shard:y": Entry("w1"), "other:z": Entry("w2")}}
+    after = {"s": {"a": Entry("d1", (1.0, 1e-7)), "b": Entry("d2", (0.0, 0.9)),
+                   "shard:y": Entry("w3"), "other:z": Entry("w4")}}
     assert compare(before, after, {("s", "shard:x")}) == ["s/b: vector changed", "s/other:z: content changed"]
 
 

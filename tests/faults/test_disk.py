@@ -10,13 +10,15 @@ no survivor was lost, changed or stopped being found by a search with its own ve
 from __future__ import annotations
 
 import errno
-import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
-from tombstone.testing.diskfaults import (BACKENDS, FAULTS, HEADROOM, StoreMount, build_template, mount_refused,
-                                         run_cell)
+from tombstone.testing.diskfaults import StoreMount, build_template, mount_refused, run_cell
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from faults_disk import BACKENDS, FAULTS, HEADROOM  # the benchmark's cells: one table for both
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_the_tmpfs_faults_are_real_and_lift(tmp_path, can_mount):
 @pytest.mark.parametrize("fault", FAULTS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_disk_fault_between_suppression_and_reclaim(templates, backend, fault, tmp_path):
-    r = run_cell(templates(backend), backend, fault, tmp_path / "trial")
+    r = run_cell(templates(backend), backend, fault, tmp_path / "trial", headroom=HEADROOM.get(backend, 0))
     said = f"stderr: {r['stderr_during_fault']!r}; dead letters: {r['dead_letter_errors']}"
     # the fault really hit this erasure
     assert r["fault_seen"], said

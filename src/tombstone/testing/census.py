@@ -2,11 +2,9 @@
 are lost, changed or no longer found by a search afterwards.
 
 Records are read with each backend's own client (``Adapter.read_survivors``, as the crash harness does), not
-through Tombstone's wrappers or probes; a LoRA store's are its shards' trained examples, with the SHA-256 of
-the weights file that serves them. Each record becomes an :class:`Entry`: its id, a digest of what it holds
-(text, metadata, payload, weights), its vector where the store keeps one, and the group it lives in where
-records share a file that an erasure legitimately rewrites (a LoRA shard retrained without the subject: its
-survivors' weights change, their presence must not).
+through Tombstone's wrappers or probes (a LoRA store's are its shards' trained examples, with the SHA-256 of
+the weights file that serves them). Each record becomes an :class:`Entry`: a digest of what it holds (text,
+metadata, payload, weights) and its vector where the store keeps one.
 
     before = census(config_path)
     ...                                   # the fault, the erasure, the recovery
@@ -39,7 +37,6 @@ rewrite may move a component by a float32 ULP or two; anything more is a changed
 class Entry:
     digest: str
     vector: tuple[float, ...] | None = None
-    group: str | None = None
 
 
 Census = dict[str, dict[str, Entry]]
@@ -52,22 +49,10 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=repr).encode("utf-8")).hexdigest()
 
 
-def _lora_entries(options: Mapping[str, Any]) -> dict[str, Entry]:
-    root = Path(options["path"])
-    registry = json.loads((root / "registry.json").read_text())
-    out = {}
-    for shard, info in registry["shards"].items():
-        # a shard left without examples has no weights file
-        weights = hashlib.sha256((root / info["file"]).read_bytes()).hexdigest() if info.get("file") else "none"
-        for example in info["examples"]:
-            out[f"{shard}:{example}"] = Entry(weights, group=shard)
-    return out
-
-
 def store_entries(backend: str, options: Mapping[str, Any]) -> dict[str, Entry]:
-    """Every record of one store, read with the vendor's client."""
-    if backend == "lora":
-        return _lora_entries(options)
+    """Every record of one store, read with the vendor's client (``Adapter.read_survivors``): either records,
+    vectors and a top-3 (the vector stores' form) or rows whose first field is the id (a vector, when the row
+    holds one, is a tuple of floats)."""
     cls = adapter_class(backend)
     try:
         raw = cls.read_survivors(options)
@@ -93,19 +78,20 @@ def census(config_path: str | Path, stores: Iterable[str] | None = None) -> Cens
 
 def compare(before: Census, after: Census, erased: Iterable[tuple[str, str]]) -> list[str]:
     """One line per survivor (a record of ``before`` that is not in ``erased``) missing from ``after`` or
-    changed in it. A record whose group held an erased record is checked for presence only."""
+    changed in it. A survivor whose content was the same as an erased record's (the shard and weights file of
+    a LoRA shard that the erasure retrains without the subject) is checked for presence only."""
     gone = set(erased)
     problems = []
     for store, entries in before.items():
         now = after.get(store, {})
-        touched = {e.group for i, e in entries.items() if (store, i) in gone and e.group is not None}
+        shared = {e.digest for i, e in entries.items() if (store, i) in gone}
         for rid, entry in sorted(entries.items()):
             if (store, rid) in gone:
                 continue
             if rid not in now:
                 problems.append(f"{store}/{rid}: lost")
                 continue
-            if entry.group is not None and entry.group in touched:
+            if entry.digest in shared:
                 continue
             if entry.digest != now[rid].digest:
                 problems.append(f"{store}/{rid}: content changed")

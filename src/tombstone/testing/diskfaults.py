@@ -36,17 +36,11 @@ from tombstone.config import load_config
 from tombstone.testing import census as census_mod
 from tombstone.testing.crash import SUBJECT, cli, copy_deployment, release_stores
 
-BACKENDS = ("chroma", "faiss", "qdrant", "docstore", "dataset", "lora")
 FAULTS = ("enospc", "readonly")
 MARKERS = {
     "enospc": ("no space left on device", "enospc", "errno 28", "database or disk is full"),
     "readonly": ("read-only file system", "erofs", "errno 30", "readonly database", "read-only", "not writable"),
 }
-
-
-HEADROOM: dict[str, int] = {"chroma": 64 * 1024}
-"""Bytes left free when the disk fills, per backend (none by default). Chroma's client cannot open a folder
-with no free page at all (its write-ahead log): 64 KiB lets it open, and its reclaim's writes still fail."""
 
 
 def mount_refused() -> str | None:
@@ -180,8 +174,10 @@ def audit_disagreements(config_path: Path, receipt: Path) -> int:
     return len(bad) or len(verified)
 
 
-def run_cell(template: Path, backend: str, fault: str, root: Path, headroom: int | None = None) -> dict[str, Any]:
-    """One trial of ``fault`` on ``backend``'s store (see the module's docstring); ``root`` must not exist."""
+def run_cell(template: Path, backend: str, fault: str, root: Path, headroom: int = 0) -> dict[str, Any]:
+    """One trial of ``fault`` on ``backend``'s store (see the module's docstring); ``root`` must not exist.
+    ``headroom``: bytes left free when the disk fills (a client that cannot open a folder with no free page
+    at all never reaches its reclaim)."""
     copy_deployment(template, root)
     config = root / "tombstone.toml"
     store = backend
@@ -196,7 +192,7 @@ def run_cell(template: Path, backend: str, fault: str, root: Path, headroom: int
         if killed.returncode != -signal.SIGKILL:
             raise RuntimeError(f"erase was not stopped before the reclaim (rc {killed.returncode}): {killed.stderr[-800:]}")
         if fault == "enospc":
-            mount.fill(HEADROOM.get(backend, 0) if headroom is None else headroom)
+            mount.fill(headroom)
             out["free_bytes_during_fault"] = mount.free()
         else:
             mount.readonly()
@@ -248,4 +244,4 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
                                    "recovery_s")}
 
 
-__all__ = ["BACKENDS", "FAULTS", "StoreMount", "build_template", "mount_refused", "run_cell", "summary"]
+__all__ = ["FAULTS", "StoreMount", "build_template", "mount_refused", "run_cell", "summary"]
