@@ -1,6 +1,7 @@
 """The survivor census (``tombstone.testing.census``) is able to fail: a row deleted or changed behind its
 back, a vector moved, a record its own vector no longer finds are each reported; an erased record and a
-record of a retrained group are not."""
+survivor that shared an erased record's content are not. The disk-fault harness's count of VERIFIED claims
+``tombstone audit`` does not confirm is able to fail too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from tombstone import init_deployment
 from tombstone.testing.census import Entry, census, compare, count, unsearchable
+from tombstone.testing.diskfaults import audit_disagreements
 
 from support import write_docs
 
@@ -54,3 +56,16 @@ def test_a_record_its_own_vector_does_not_find_is_reported(tmp_path):
     moved = dict(now["vec"])
     moved["r0"] = Entry(moved["r0"].digest, tuple(-10.0 * vectors[0]))  # a vector the store does not hold
     assert unsearchable(config.path, {"vec": moved}, k=1) == ["vec/r0: not found by a search with its own vector"]
+
+
+def test_a_verified_claim_the_final_files_contradict_is_counted(tomb):
+    alice = write_docs(tomb, "alice", 2)
+    write_docs(tomb, "bob", 1)
+    receipt, path = tomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+    assert audit_disagreements(tomb.config.path, path) == 0
+    db = sqlite3.connect(tomb.config.stores["docs"].options["path"])
+    with db:  # the erased document back in the final files
+        db.execute("INSERT INTO documents (id, text, metadata) VALUES (?, 'back again', '{}')", (alice[0],))
+    db.close()
+    assert audit_disagreements(tomb.config.path, path) >= 1

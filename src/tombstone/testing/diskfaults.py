@@ -163,15 +163,13 @@ def audit_disagreements(config_path: Path, receipt: Path) -> int:
     if not verified:
         return 0
     done = cli("audit", str(receipt), "--config", str(config_path), "--json")
-    if done.returncode == 0:
-        return 0
     try:
         report = json.loads(done.stdout)
     except ValueError:
-        return len(verified)
-    bad = [c for c in report.get("claims", report.get("artifacts", [])) if c.get("agrees") is False
-           or c.get("result") in ("contradicted", "unchecked")]
-    return len(bad) or len(verified)
+        return len(verified)  # no report: nothing is confirmed
+    confirmed = sum(1 for a in report.get("artifacts", [])
+                    if str(a.get("receipt_says", "")).startswith("VERIFIED") and a.get("verdict") == "agree")
+    return len(verified) - confirmed
 
 
 def run_cell(template: Path, backend: str, fault: str, root: Path, headroom: int = 0) -> dict[str, Any]:
