@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tombstone.testing.diskfaults import StoreMount, build_template, mount_refused, run_cell
+from tombstone.testing.diskfaults import MARKERS, StoreMount, build_template, mount_refused, run_cell
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from faults_disk import BACKENDS, FAULTS, HEADROOM  # the benchmark's cells: one table for both
@@ -78,14 +78,18 @@ def test_disk_fault_between_suppression_and_reclaim(templates, backend, fault, t
         assert r["free_bytes_during_fault"] <= HEADROOM.get(backend, 0)
     # (d) while it held, the CLI said work remains
     assert r["rc_during_fault"] == 3, said
-    # (c) a dead letter is one line; else the saga is still running, or its receipt says what to do
-    for error in r["dead_letter_errors"]:
-        assert "\n" not in error and error.strip(), error
+    # (c) the store's artifacts are dead letters with a one-line reason, or the saga stopped in one line and
+    # is left running for `tombstone resume`
     during = r["receipt_during_fault"]
-    if not (r["dead_lettered"] or r["running_during_fault"]):
-        assert during is not None
+    assert r["dead_lettered"] != r["running_during_fault"], said
+    if r["dead_lettered"]:
+        assert all("\n" not in e and e.strip() for e in r["dead_letter_errors"]), r["dead_letter_errors"]
+        assert any(m in e.lower() for e in r["dead_letter_errors"] for m in MARKERS[fault]), said
         mine = [a for a in during["artifacts"] if a["store"] == backend]
-        assert mine and all(a["status"] != "VERIFIED" and a["action"] for a in mine), mine
+        assert mine and all(a["status"] == "UNVERIFIED" and a["reason"].startswith("dlq: ") for a in mine), mine
+    else:
+        errors = [line for line in r["stderr_during_fault"].splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "tombstone resume" in errors[0], said
     # (b) nothing erased is VERIFIED on a receipt written while the reclaim could not run, and every VERIFIED
     # claim of any receipt is confirmed by `tombstone audit` on the final files
     if during is not None:
@@ -93,7 +97,7 @@ def test_disk_fault_between_suppression_and_reclaim(templates, backend, fault, t
     assert r["false_verified"] == 0
     # (c) once the fault is lifted the erasure finishes, and the store's artifacts end VERIFIED
     assert r["recovered"], f"rc {r['rc_after_lift']}: {r['stderr_after_lift']}"
-    assert r["finished_on_resume"] or r["dead_lettered"] or during is not None
+    assert r["finished_on_resume"] == r["running_during_fault"]
     final = r["receipt_after_lift"]
     mine = [a for a in final["artifacts"] if a["store"] == backend]
     assert mine and all(a["status"] == "VERIFIED" for a in mine), [(a["status"], a["reason"]) for a in mine]
