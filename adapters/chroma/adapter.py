@@ -78,6 +78,23 @@ def zero_past(path: Path, keep: int) -> int:
     return size - keep
 
 
+LOW_SPACE = 1 << 20
+"""Free bytes below which a Chroma client that failed to open is reported as short of space (opening one
+creates its write-ahead log and shared-memory files)."""
+
+
+def _write_refused(path: Path) -> str | None:
+    """Why Chroma cannot write its persist directory, or None: ``chroma.sqlite3`` cannot be opened for
+    writing (a read-only mount, no permission), or the filesystem is (nearly) full."""
+    try:
+        os.close(os.open(path / "chroma.sqlite3", os.O_RDWR))
+        st = os.statvfs(path)
+    except OSError as exc:
+        return f"chroma.sqlite3 cannot be written: {exc.strerror or exc}"
+    free = st.f_bavail * st.f_frsize
+    return f"No space left on device: {free} bytes free on its filesystem" if free < LOW_SPACE else None
+
+
 class ChromaAdapter(ChromaHooks, Adapter):
     """Options: ``path`` (the persist directory), ``collection`` (its name) and, optionally, ``id_key``:
     a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
@@ -143,11 +160,14 @@ class ChromaAdapter(ChromaHooks, Adapter):
             self._col = None
             with self.store_lock():  # another process may be mid-rewrite: its copy is not a leftover
                 self.collection()  # fail now, with one line, if the collection is missing
-        except BaseException:
+        except BaseException as exc:
             if self._snapshot is not None:
                 if getattr(self, "client", None) is not None:
                     self.client.close()
                 self._snapshot.close()
+            refused = None if self._snapshot is not None or not isinstance(exc, Exception) else _write_refused(self.path)
+            if refused:  # Chroma's own error says nothing of the cause (on a read-only mount, an AttributeError)
+                raise StoreUnavailableError(f"cannot open Chroma store {self.path}: {refused}", store=store) from exc
             raise
 
     def vendor_errors(self) -> tuple[type[BaseException], ...]:

@@ -210,9 +210,17 @@ def delete_rows(conn: sqlite3.Connection, ids: list[str], metadata_segment: str 
                     f" metadata = NULL WHERE topic = ? AND id IN ({marks})", (DELETE_OPERATION, topic, *part)).rowcount
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
     return counts
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the transaction if SQLite has not already: a statement that fails with SQLITE_FULL (disk
+    full) or SQLITE_IOERR rolls it back itself, and a ROLLBACK then would raise "no transaction is active" in
+    place of the error that says what happened."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 def flag_rows(conn: sqlite3.Connection, metadata_segment: str, ids: list[str], key: str) -> int:
@@ -236,7 +244,7 @@ def flag_rows(conn: sqlite3.Connection, metadata_segment: str, ids: list[str], k
             [(r, key) for r in rowids])
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
     return len(rowids)
 

@@ -112,8 +112,12 @@ class FaissAdapter(FaissHooks, Adapter):
 
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
         if not self.writable:
-            raise ReclaimUnavailableError("index directory or files not writable: logical level only",
-                                          store=self.store)
+            # The suppression just wrote this folder, so it is a fault the operator fixes (a read-only mount,
+            # changed permissions): a dead letter that `tombstone dlq retry` finishes, not a skipped step
+            mounted_ro = bool(os.statvfs(self.faiss.dir).f_flag & os.ST_RDONLY)
+            raise StoreUnavailableError(f"cannot reclaim FAISS store {self.faiss.dir}: its folder or files are"
+                                        f" not writable{' (Read-only file system)' if mounted_ro else ''}",
+                                        store=self.store, retryable=False)
         if self.reclaim_mode() == "rewrite":
             evidence = self.faiss.rebuild(self._ids(artifacts))
             evidence["mechanism"] = "rewrite"

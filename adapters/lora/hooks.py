@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tombstone.errors import ConfigError
@@ -50,6 +51,22 @@ def one_thread() -> Iterator[None]:
 class LoraHooks:
     demo_role = "model"
     demo_needs = ("examples",)
+
+    @classmethod
+    def read_survivors(cls, options: Mapping[str, Any]) -> Any:
+        """Every example a shard was trained on, as ``(<shard>:<example id>, shard, SHA-256 of the shard's
+        weights file)`` sorted, read from the registry and the files directly (a shard left without examples
+        has no weights file)."""
+        import hashlib
+        import json
+
+        root = Path(options["path"])
+        registry = json.loads((root / "registry.json").read_text())
+        rows = []
+        for shard, info in registry["shards"].items():
+            weights = hashlib.sha256((root / info["file"]).read_bytes()).hexdigest() if info.get("file") else None
+            rows += [(f"{shard}:{example}", shard, weights) for example in info["examples"]]
+        return sorted(rows)
 
     @classmethod
     def demo_store(cls, kit) -> dict[str, Any]:

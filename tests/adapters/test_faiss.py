@@ -196,21 +196,27 @@ def test_kill_before_switch_keeps_old_generation(ftomb, monkeypatch, mode):
     assert snapshot(ftomb) == {k: v for k, v in before.items() if k not in mine}
 
 
-def test_not_writable_is_logical_only(ftomb, monkeypatch):
-    """An index that cannot be rewritten cannot be reclaimed. The wrapper still hides the records, but
-    the index's own search still returns them, so the receipt says RESIDUAL(logical) naming that path,
-    the reclaim says why it was skipped and the physical probe refuses rather than claim anything.
-    (Tests run as root, for whom permissions do not deny writes, so the access check is simulated.)"""
+def test_not_writable_dead_letters(ftomb, monkeypatch):
+    """An index that cannot be written cannot be reclaimed: the reclaim is a dead letter naming why, the
+    receipt says UNVERIFIED(dlq) rather than report what the probes would find in files left as they were,
+    and the wrapper still hides the records. Once the folder is writable again, `dlq retry` finishes it.
+    (Tests run as root, for whom permissions do not deny writes, so the access check is simulated; the disk
+    fault tests mount the folder read-only.)"""
     mine = write(ftomb, "alice", 2)
     import tombstone_adapters.faiss.adapter as mod
 
+    real_access = mod.os.access
     monkeypatch.setattr(mod.os, "access", lambda p, m: not (m & mod.os.W_OK))
     receipt, _ = ftomb.erase("alice")
     for art in receipt["artifacts"]:
-        assert (art["status"], art["level"]) == ("RESIDUAL", "logical")
-        assert "raw." in art["measurement"] and "wrapper." not in art["measurement"]
-        assert "not writable" in art["evidence"]["reclaim"]["skipped"]
-        assert "logical level only" in art["evidence"]["probes"][1]["detail"]["why"]
+        assert art["status"] == "UNVERIFIED" and art["reason"].startswith("dlq: cannot reclaim FAISS store")
+        assert "not writable" in art["reason"]
+    [letter] = ftomb.lineage.dead_letters()
+    assert (letter["store"], letter["step"]) == ("vec", "reclaim")
+    assert not set(app_store(ftomb).get(ids=mine))
+    monkeypatch.setattr(mod.os, "access", real_access)
+    [(retried, _)] = ftomb.retry_dead_letters()
+    assert {a["status"] for a in retried["artifacts"]} == {"VERIFIED"}
     assert not set(app_store(ftomb).get(ids=mine))
 
 
