@@ -1,0 +1,180 @@
+"""Probe captures lost with the process that queued them (``tombstone.capture.pending``).
+
+A writer process writes the corpus through the real Chroma or FAISS wrapper in background capture mode and is
+killed (SIGKILL, from the kill point ``probes:before-record`` its queue's worker reaches once the fragments are
+embedded and before they are recorded): its chunks have lineage rows and no fragment probes. The next wrapper
+opened on the store with its embedder finishes the capture from the text the store holds; an erasure before
+that says, on the receipt, that the probes are incomplete, and does not measure the semantic level.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tombstone import Tombstone, init_deployment
+from tombstone.capture import HashingEmbedder, deferred
+from tombstone.capture.fragments import probe_queries
+from tombstone.testing.echoes import corpus
+from tombstone.verify import semantic
+
+DOCS = corpus(120, topics=4)
+TARGET = 7
+"""The erased document (``doc-007``, owned by ``subject-007``): an ordinary deletion in this corpus."""
+LEVELS = ("logical", "physical", "semantic", "model")
+
+WRITER = textwrap.dedent("""
+    import os, sys
+    from tombstone import Tombstone
+    from tombstone.capture import HashingEmbedder
+    from tombstone.testing.echoes import corpus
+
+    config, backend, target = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    docs = corpus(120, topics=4)
+    ids = [f"doc-{i:03d}" for i in range(len(docs))]
+    subjects = [f"subject-{i:03d}" for i in range(len(docs))]
+    tomb = Tombstone.open(config)
+    path = tomb.config.stores["vectors"].options["path"]
+    embedder = HashingEmbedder(384)
+    if backend == "chroma":
+        import chromadb
+        from tombstone_adapters.chroma.wrapper import TombstoneCollection
+
+        col = chromadb.PersistentClient(path=path).create_collection(
+            "chunks", metadata={"hnsw:space": "cosine"}, embedding_function=None)
+        store = TombstoneCollection(col, lineage=tomb.lineage, store="vectors", embedder=embedder)
+        store.add(ids=ids, documents=[d.text for d in docs], subject=subjects)  # one write, one queued job
+    else:
+        from tombstone_adapters.faiss import FaissStore
+
+        store = FaissStore(path, dim=384, ef_search=128, lineage=tomb.lineage, store="vectors", embedder=embedder)
+        os.environ["TOMBSTONE_PROBE_CAPTURE"] = "inline"  # the others' probes land with their writes
+        for i, doc in enumerate(docs):
+            if i != target:
+                store.add([ids[i]], documents=[doc.text], subject=subjects[i])
+        os.environ["TOMBSTONE_PROBE_CAPTURE"] = "background"
+        store.add([ids[target]], documents=[docs[target].text], subject=subjects[target])
+    # the queue's worker reaches the kill point (leaving waits for it at exit) and the process dies there
+""")
+
+
+def doc_id(i: int) -> str:
+    return f"doc-{i:03d}"
+
+
+def deployment(root, backend: str):
+    options = {"backend": backend, "path": "stores/vectors"}
+    if backend == "chroma":
+        options["collection"] = "chunks"
+    return init_deployment(root, {"vectors": options}, levels=LEVELS)
+
+
+def killed_writer(root, backend: str):
+    """A deployment whose writer was killed before its queued probe capture was recorded."""
+    config = deployment(root, backend)
+    env = {**os.environ, "TOMBSTONE_KILL_AT": "probes:before-record"}
+    env.pop(deferred.MODE_ENV, None)
+    proc = subprocess.run([sys.executable, "-c", WRITER, str(config.path), backend, str(TARGET)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    # the control: the process was killed (its probes' job is queued only once the store write returned, so
+    # the store holds every record; whether the print came first is up to the threads)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    return config
+
+
+def counts(config) -> dict[str, int]:
+    db = sqlite3.connect(config.lineage_db)
+    try:
+        return {"artifacts": db.execute("SELECT count(*) FROM artifacts").fetchone()[0],
+                "pending": db.execute("SELECT count(*) FROM probe_captures").fetchone()[0],
+                "target_probes": db.execute("SELECT count(*) FROM probes WHERE artifact_id = ?",
+                                            (doc_id(TARGET),)).fetchone()[0],
+                "probes": db.execute("SELECT count(*) FROM probes").fetchone()[0]}
+    finally:
+        db.close()
+
+
+def open_wrapper(tomb, backend: str):
+    embedder = HashingEmbedder(384)
+    path = tomb.config.stores["vectors"].options["path"]
+    if backend == "chroma":
+        import chromadb
+        from tombstone_adapters.chroma.wrapper import TombstoneCollection
+
+        col = chromadb.PersistentClient(path=path).get_collection("chunks", embedding_function=None)
+        return TombstoneCollection(col, lineage=tomb.lineage, store="vectors", embedder=embedder)
+    from tombstone_adapters.faiss import FaissStore
+
+    return FaissStore(path, lineage=tomb.lineage, store="vectors", embedder=embedder, create=False)
+
+
+def erase_target(config) -> dict:
+    with Tombstone(config) as tomb:
+        receipt, _ = tomb.erase(f"subject-{TARGET:03d}")
+    [entry] = receipt["artifacts"]
+    return entry
+
+
+def probe(entry: dict, level: str) -> dict:
+    return next(p for p in entry["evidence"]["probes"] if p["level"] == level)
+
+
+def pending_left(backend: str) -> int:
+    """How many captures the killed writer left: every chunk of Chroma's one write, FAISS's last write."""
+    return len(DOCS) if backend == "chroma" else 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["chroma", "faiss"])
+def test_the_next_wrapper_open_finishes_the_capture_a_killed_writer_left(tmp_path, backend, monkeypatch):
+    monkeypatch.delenv(deferred.MODE_ENV, raising=False)
+    config = killed_writer(tmp_path / "d", backend)
+    before = counts(config)
+    assert before["artifacts"] == len(DOCS) and before["pending"] == pending_left(backend)
+    assert before["target_probes"] == 0  # the control: the probes really are missing
+
+    with Tombstone(config) as tomb:
+        open_wrapper(tomb, backend)
+        assert deferred.flush(60) == []
+        got = tomb.lineage.probe_vectors([tomb.lineage.artifact("vectors", doc_id(TARGET))])[doc_id(TARGET)]
+    after = counts(config)
+    assert after["pending"] == 0
+    assert after["probes"] == sum(len(probe_queries(d.text)) for d in DOCS)
+    # the vectors the write would have recorded: the fragments of the text the store holds, embedded again
+    fragments = probe_queries(DOCS[TARGET].text)
+    expected = sorted(HashingEmbedder(384).embed(fragments), key=lambda v: v.tobytes())
+    assert len(got) == len(fragments)
+    assert all(np.allclose(a, b) for a, b in zip(sorted(got, key=lambda v: v.tobytes()), expected))
+
+    entry = erase_target(config)  # measured at the semantic level like any other
+    assert (entry["status"], entry["level"]) == ("VERIFIED", "semantic"), entry
+    assert "probe_capture" not in entry["evidence"] and probe(entry, "semantic")["ran"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["chroma", "faiss"])
+def test_an_erasure_before_the_capture_is_finished_says_the_probes_are_incomplete(tmp_path, backend, monkeypatch):
+    """No wrapper is opened (``tombstone erase`` opens none): the capture cannot be finished, and the receipt
+    says so; the same erasure once the capture is finished is VERIFIED(semantic) (the test above)."""
+    monkeypatch.delenv(deferred.MODE_ENV, raising=False)
+    config = killed_writer(tmp_path / "d", backend)
+    assert counts(config)["target_probes"] == 0 and counts(config)["pending"] == pending_left(backend)
+
+    entry = erase_target(config)
+    assert entry["evidence"]["probe_capture"]["complete"] is False
+    assert "never recorded" in entry["evidence"]["probe_capture"]["why"]
+    sem = probe(entry, "semantic")
+    assert sem["ran"] is False and sem["detail"]["why"] == semantic.INCOMPLETE
+    assert (entry["status"], entry["level"]) == ("VERIFIED", "physical"), entry  # never VERIFIED(semantic)
+    assert probe(entry, "logical")["ran"] and probe(entry, "physical")["ran"]
+    # the sealed receipt purged the erased artifact's pending capture with its other records
+    db = sqlite3.connect(config.lineage_db)
+    assert db.execute("SELECT count(*) FROM probe_captures WHERE artifact_id = ?", (doc_id(TARGET),)).fetchone()[0] == 0
+    db.close()
