@@ -178,3 +178,110 @@ def test_an_erasure_before_the_capture_is_finished_says_the_probes_are_incomplet
     db = sqlite3.connect(config.lineage_db)
     assert db.execute("SELECT count(*) FROM probe_captures WHERE artifact_id = ?", (doc_id(TARGET),)).fetchone()[0] == 0
     db.close()
+
+
+# -- the pending record itself, on a real lineage db and stores (fast) ------------------------------------
+
+from tombstone.keys import LineageSecret  # noqa: E402
+from tombstone.lineage.db import LineageDB  # noqa: E402
+from tombstone.lineage.records import ArtifactRecord  # noqa: E402
+
+TEXTS = [f"chunk {i} says that order {1000 + i} was refunded to the card ending {i:04d} last week" for i in range(3)]
+
+
+class BrokenFragments(HashingEmbedder):
+    """Embeds chunks, fails on fragments (eight words at most): the write lands, its probe capture does not."""
+
+    def embed(self, texts):
+        if texts and len(texts[0].split()) <= 8:
+            raise RuntimeError("model server went away")
+        return super().embed(texts)
+
+    __call__ = embed
+
+
+def pending_rows(db: LineageDB) -> dict[str, str]:
+    return dict(db._conn.execute("SELECT artifact_id, ticket FROM probe_captures").fetchall())
+
+
+def test_only_the_latest_writes_recorded_probes_clear_its_pending_capture(tmp_path):
+    db = LineageDB(tmp_path / "lineage.db", LineageSecret(b"p" * 32), create=True)
+    try:
+        art = ArtifactRecord(store="s", artifact_id="c0", backend="faiss", kind="vector")
+        vector = np.ones(4, dtype=np.float32)
+        db.record_artifacts("alice", [art], pending=[("s", "c0", "first", "w")])
+        db.record_artifacts("alice", [art], pending=[("s", "c0", "second", "w")])  # written again, queued again
+        db.record_probes([("s", "c0", "q1", vector)], done=[("s", "c0", "first")])
+        assert pending_rows(db) == {"c0": "second"}  # the earlier job's probes do not finish the later write
+        db.record_probes([("s", "c0", "q2", vector)], done=[("s", "c0", "second")])
+        assert pending_rows(db) == {}
+        db.record_artifacts("alice", [art], pending=[("s", "c0", "third", "w")])
+        db.record_artifacts("alice", [art])  # written again with its probes inline (or without text): complete
+        assert pending_rows(db) == {}
+        db.record_artifacts("alice", [art], pending=[("s", "c0", "fourth", "w")])
+        db.set_state([art], "suppressed")  # an erasure got there first: its probes stay incomplete
+        db.record_probes([("s", "c0", "q3", vector)], done=[("s", "c0", "fourth")])
+        assert pending_rows(db) == {"c0": "fourth"} and db.probes_incomplete([art]) == {"c0"}
+        db.purge_probes([art])
+        assert pending_rows(db) == {} and db.probes_for("s", "c0") == []
+    finally:
+        db.close()
+
+
+def test_a_capture_a_live_writer_still_holds_is_left_to_it(tmp_path, monkeypatch):
+    """A pending capture of another running process of this host is in that process's queue: a wrapper opened
+    meanwhile leaves it alone, and finishes it once that process is gone."""
+    from tombstone.capture.deferred import _started, writer_alive
+    from tombstone_adapters.faiss import FaissStore
+
+    monkeypatch.delenv(deferred.MODE_ENV, raising=False)
+    db = LineageDB(tmp_path / "lineage.db", LineageSecret(b"p" * 32), create=True)
+    try:
+        store = FaissStore(tmp_path / "s", dim=32, lineage=db, store="s", embedder=BrokenFragments(32))
+        store.add(["c0", "c1"], documents=TEXTS[:2], subject="alice")
+        [problem] = deferred.flush(30)  # the control: the capture failed, the chunks have no probes
+        assert "model server went away" in problem and set(pending_rows(db)) == {"c0", "c1"}
+        other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+        try:
+            import socket
+
+            held_by = f"{socket.gethostname()}:{other.pid}:{_started(other.pid)}"
+            assert writer_alive(held_by) and not writer_alive(f"{socket.gethostname()}:{other.pid}:1")
+            with db.atomic() as conn:
+                conn.execute("UPDATE probe_captures SET writer = ?", (held_by,))
+            FaissStore(tmp_path / "s", lineage=db, store="s", embedder=HashingEmbedder(32), create=False)
+            assert deferred.flush(30) == [] and set(pending_rows(db)) == {"c0", "c1"}
+        finally:
+            other.stdin.close()
+            other.wait(30)
+        assert not writer_alive(held_by)
+        FaissStore(tmp_path / "s", lineage=db, store="s", embedder=HashingEmbedder(32), create=False)
+        assert deferred.flush(30) == [] and pending_rows(db) == {}
+        assert len(db.probes_for("s", "c1")) == len(probe_queries(TEXTS[1]))
+    finally:
+        db.close()
+
+
+def test_a_capture_is_not_finished_from_text_the_store_no_longer_holds(tmp_path, monkeypatch):
+    """Chroma: a record whose document was changed outside the wrapper, or deleted, keeps its capture pending
+    (its fragments cannot be its own); the others are finished, in the open itself in inline mode."""
+    import chromadb
+    from tombstone_adapters.chroma.wrapper import TombstoneCollection
+
+    monkeypatch.delenv(deferred.MODE_ENV, raising=False)
+    db = LineageDB(tmp_path / "lineage.db", LineageSecret(b"p" * 32), create=True)
+    try:
+        col = chromadb.PersistentClient(path=str(tmp_path / "chroma")).create_collection("chunks", embedding_function=None)
+        TombstoneCollection(col, lineage=db, store="s", embedder=BrokenFragments(32)).add(
+            ids=["c0", "c1", "c2"], documents=TEXTS, subject="alice")
+        assert len(deferred.flush(30)) == 1 and set(pending_rows(db)) == {"c0", "c1", "c2"}
+        other = "a different text written around the wrapper, eight words or more"
+        col.update(ids=["c1"], documents=[other], embeddings=HashingEmbedder(32)([other]))
+        col.delete(ids=["c2"])
+        monkeypatch.setenv(deferred.MODE_ENV, "inline")
+        TombstoneCollection(col, lineage=db, store="s", embedder=HashingEmbedder(32))
+        assert set(pending_rows(db)) == {"c1", "c2"}
+        assert len(db.probes_for("s", "c0")) == len(probe_queries(TEXTS[0]))
+        assert db.probes_for("s", "c1") == [] and db.probes_for("s", "c2") == []
+    finally:
+        db.close()
