@@ -285,3 +285,51 @@ def test_a_capture_is_not_finished_from_text_the_store_no_longer_holds(tmp_path,
         assert db.probes_for("s", "c1") == [] and db.probes_for("s", "c2") == []
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("backend", ["qdrant", "pgvector"])
+def test_qdrant_and_pgvector_wrappers_finish_a_pending_capture_when_opened(tmp_path, backend, monkeypatch):
+    monkeypatch.delenv(deferred.MODE_ENV, raising=False)
+    db = LineageDB(tmp_path / "lineage.db", LineageSecret(b"p" * 32), create=True)
+    closers = []
+    try:
+        if backend == "qdrant":
+            from qdrant_client import models
+            from tombstone_adapters.qdrant import TombstoneQdrant, close_local_clients, local_client
+
+            closers.append(close_local_clients)
+            local_client(tmp_path / "q").create_collection(
+                "chunks", vectors_config=models.VectorParams(size=32, distance=models.Distance.COSINE))
+
+            def open_store(embedder):
+                return TombstoneQdrant(local_client(tmp_path / "q"), "chunks", lineage=db, store="s", embedder=embedder)
+
+            def write(store):
+                store.upsert(["c0", "c1"], documents=TEXTS[:2], subject="alice")
+        else:
+            import psycopg
+            from tombstone_adapters.pgvector import PgVectorStore
+            from tombstone_adapters.pgvector.server import embedded_dsn
+
+            conn = psycopg.connect(os.environ.get("TOMBSTONE_TEST_PG_DSN") or embedded_dsn(tmp_path / "pg"),
+                                   autocommit=True)
+            closers.append(conn.close)
+            table = f"chunks_{os.getpid()}_{id(tmp_path) % 100000}"
+            closers.append(lambda: conn.execute(f"DROP TABLE IF EXISTS {table}"))
+
+            def open_store(embedder):
+                return PgVectorStore(conn, table, dim=32, lineage=db, store="s", embedder=embedder)
+
+            def write(store):
+                store.add(["c0", "c1"], documents=TEXTS[:2], subject="alice")
+        write(open_store(BrokenFragments(32)))
+        assert len(deferred.flush(30)) == 1 and set(pending_rows(db)) == {"c0", "c1"}  # the control
+        assert db.probes_for("s", "c0") == []
+        monkeypatch.setenv(deferred.MODE_ENV, "inline")
+        open_store(HashingEmbedder(32))
+        assert pending_rows(db) == {}
+        assert [len(db.probes_for("s", c)) for c in ("c0", "c1")] == [len(probe_queries(t)) for t in TEXTS[:2]]
+    finally:
+        for close in reversed(closers):
+            close()
+        db.close()
