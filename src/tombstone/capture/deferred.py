@@ -64,9 +64,17 @@ def _started(pid: int) -> str:
         return ""
 
 
+_writer: tuple[int, str] | None = None
+
+
 def writer() -> str:
-    """This process, as a pending capture records its writer: ``host:pid:start``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid())}"
+    """This process, as a pending capture records its writer: ``host:pid:start`` (worked out once per process,
+    again in a forked child)."""
+    global _writer
+    pid = os.getpid()
+    if _writer is None or _writer[0] != pid:
+        _writer = (pid, f"{socket.gethostname()}:{pid}:{_started(pid)}")
+    return _writer[1]
 
 
 def writer_alive(name: str) -> bool:
