@@ -55,8 +55,8 @@ NOTHING_RECORDED = ("the lineage db records no artifact for this subject, so not
 STORE_STEPS = ("snapshot", "suppress", "reclaim", "verify")
 INCOMPLETE_CAPTURE = {"complete": False, "why": (
     "its fragment probes were never recorded: the write queued them for background capture and the writing"
-    " process ended (or its embedder failed) first; the logical probe ran without them and the semantic level"
-    " was not measured")}
+    " process ended (or its embedder failed) first; the logical probe went without them, and the semantic level"
+    " does not measure it")}
 """An erased artifact's ``evidence.probe_capture`` when its probe capture was still pending (absent otherwise)."""
 
 
