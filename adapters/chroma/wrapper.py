@@ -24,7 +24,7 @@ import numpy as np
 
 from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.hidden import HiddenIds, keep_positions
-from tombstone.capture import deferred
+from tombstone.capture import deferred, pending
 from tombstone.capture.vector import Embedder, capture_vectors, embed
 from tombstone.capture.writes import check_write
 from tombstone.lineage.db import LineageDB
@@ -267,6 +267,13 @@ class TombstoneCollection:
         self._count_for: frozenset[str] | None = None
         self._count = 1
         """The collection's size when the hidden set ``_count_for`` was first met (sizes a query's first ask)."""
+        # probe captures a writer that died left pending: finished from the documents the collection holds
+        pending.finish(lineage, store, embedder, self._stored_documents)
+
+    def _stored_documents(self, ids: list[str]) -> dict[str, str | None]:
+        """The documents the collection holds for these ids (those it has)."""
+        found = self._call("get", ids=list(ids), include=["documents"])
+        return dict(zip(found["ids"], found.get("documents") or [None] * len(found["ids"])))
 
     def _write(self, method: str, **kwargs: Any) -> Any:
         with self.lock if self.lock is not None else contextlib.nullcontext():
@@ -352,6 +359,7 @@ class TombstoneCollection:
                     who,
                     [r for r in cap.records if r.artifact_id in mine],
                     probes=[p for p in cap.probes if p[1] in mine],
+                    pending=[p for p in cap.pending if p[1] in mine],
                     edges=[(s_store, s_id, self.store, i, relation) for i in mine
                            for s_store, s_id, relation in _edges(sources)],
                 )

@@ -74,7 +74,7 @@ import orjson
 
 from tombstone.faults import kill_point
 from tombstone.capture.hidden import HiddenIds, suppressed_among
-from tombstone.capture import deferred
+from tombstone.capture import deferred, pending
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import StoreUnavailableError
 from tombstone.fsutil import METADATA_LIMIT, make_private_dirs, open_regular, read_fd, read_regular
@@ -778,6 +778,9 @@ class FaissStore:
         self.lock = StoreLock(lock_file_for(self.dir), wait=lock_wait, store=store)
         with self.lock:
             self._open(dim, m, ef_construction, ef_search, metric, create)
+        # probe captures a writer that died left pending: finished from the documents the records hold
+        pending.finish(lineage, store, embedder,
+                       lambda ids: {aid: rec["document"] for aid, rec in self.get(ids).items()})
 
     def _open(self, dim, m, ef_construction, ef_search, metric, create) -> None:
         if os.path.lexists(self.dir / "CURRENT"):  # whatever is there: one that is not a file is refused

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from tombstone.capture.hidden import HiddenIds, suppressed_among
-from tombstone.capture import deferred
+from tombstone.capture import deferred, pending
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import ConfigError, StoreUnavailableError
 from tombstone.lineage.db import LineageDB
@@ -117,6 +117,14 @@ class PgVectorStore:
             pass  # a role that may not alter the table, or a read-only session: the column must be there
         except psycopg.Error as exc:
             raise StoreUnavailableError(f"pgvector: {exc}".strip(), store=store) from exc
+        # probe captures a writer that died left pending: finished from the documents the table holds
+        pending.finish(lineage, store, embedder, self._stored_documents)
+
+    def _stored_documents(self, ids: list[str]) -> dict[str, Any]:
+        """The documents the table holds for these ids (those it has), read in a savepoint of the caller's
+        connection: a failed read leaves its transaction as it was."""
+        with self.conn.transaction():
+            return {str(row["id"]): row["document"] for row in self.get(ids, raw=True)}
 
     @property
     def regclass(self) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from qdrant_client import models
 
 from tombstone.capture.hidden import HiddenIds, suppressed_among
-from tombstone.capture import deferred
+from tombstone.capture import deferred, pending
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT
@@ -75,6 +75,14 @@ class TombstoneQdrant:
         """Ids suppressed and not yet reclaimed: from the lineage db, or ``hidden`` (anything with
         ``current() -> frozenset``); None: no lineage db, the in-store flag decides on every read (a payload
         filter local mode evaluates over every point)."""
+        # probe captures a writer that died left pending: finished from the documents the payloads hold
+        pending.finish(lineage, store, embedder, self._stored_documents)
+
+    def _stored_documents(self, ids: list[str]) -> dict[str, Any]:
+        """The documents the collection's payloads hold for these ids (those it has)."""
+        by_point = {point_id(i): i for i in ids}
+        points = self._run(lambda client: client.retrieve(self.collection, ids=list(by_point), with_payload=True))
+        return {by_point[str(p.id)]: (p.payload or {}).get(DOCUMENT_KEY) for p in points if str(p.id) in by_point}
 
     @property
     def client(self) -> Any:

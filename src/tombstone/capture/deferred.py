@@ -14,9 +14,12 @@ What this changes, and what it does not:
 * Probe rows are written only for artifacts still live in the lineage db, in one transaction with that
   check: a chunk erased before its probes were embedded never gets them (records keep nothing of what was
   erased).
-* A process that dies before the queue drains leaves those chunks without probe vectors. An erasure of
-  them still runs every other probe (ids, the chunk's own vector, the byte scan); the logical probe says it
-  had no fragment probes, as it does for an auditor who never has them.
+* The write records, in the transaction of its lineage rows, that each chunk's capture is pending (the
+  ``probe_captures`` table, with a ticket naming the write and the writing process); the transaction that
+  records the probe vectors clears it. A process that dies before the queue drains leaves those rows: the
+  next wrapper opened on the store with its embedder finishes the capture from the text the store still
+  holds (``tombstone.capture.pending``), and an erasure of a chunk still pending says on its receipt that
+  its probes are incomplete, and does not measure it at the semantic level.
 * ``TOMBSTONE_PROBE_CAPTURE=inline`` embeds the fragments in the write call itself, as one embedding call
   with the chunks (the behaviour before this module existed).
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import atexit
 import os
 import queue
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +37,7 @@ from typing import Any
 
 from tombstone.capture.calls import embed
 from tombstone.capture.fragments import query_sha256
+from tombstone.faults import kill_point
 from tombstone.lineage.db import PROBE_READ_HOOKS, LineageDB
 
 MODE_ENV = "TOMBSTONE_PROBE_CAPTURE"
@@ -49,12 +54,53 @@ def mode() -> str:
     return value
 
 
+def _started(pid: int) -> str:
+    """When process ``pid`` started, in clock ticks since boot (``/proc``); '' where that cannot be read.
+    With the pid it names one process: a pid the system reuses later starts at another time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+
+
+_writer: tuple[int, str] | None = None
+
+
+def writer() -> str:
+    """This process, as a pending capture records its writer: ``host:pid:start`` (worked out once per process,
+    again in a forked child)."""
+    global _writer
+    pid = os.getpid()
+    if _writer is None or _writer[0] != pid:
+        _writer = (pid, f"{socket.gethostname()}:{pid}:{_started(pid)}")
+    return _writer[1]
+
+
+def writer_alive(name: str) -> bool:
+    """Whether the process a pending capture names may still hold it in its queue: another process on this
+    host that is still running. This process's own captures are told apart by their tickets
+    (:meth:`ProbeQueue.holds`); a process on another host cannot be checked, and is taken as gone (finishing
+    a capture twice writes the same vectors twice)."""
+    from tombstone.lineage.locks import pid_alive
+
+    parts = name.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    pid, started = int(parts[1]), parts[2]
+    if pid == os.getpid():
+        return False
+    return pid_alive(pid) and (not started or _started(pid) in ("", started))
+
+
 @dataclass
 class _Job:
     lineage: Any
     embedder: Callable[[list[str]], Any]
     rows: list[tuple[str, str, str]]
     """(store, artifact id, fragment text)."""
+    done: list[tuple[str, str, str]] = field(default_factory=list)
+    """(store, artifact id, ticket): the pending captures these rows finish."""
 
 
 @dataclass
@@ -68,14 +114,20 @@ class ProbeQueue:
     _pending: int = 0
     _errors: list[str] = field(default_factory=list)
     _connections: dict[tuple[str, int], Any] = field(default_factory=dict)
+    _tickets: dict[str, int] = field(default_factory=dict)
 
-    def submit(self, lineage: Any, embedder: Callable[[list[str]], Any], rows: Sequence[tuple[str, str, str]]) -> None:
-        """Queue (store, artifact id, fragment) rows whose artifacts ``lineage`` has just recorded."""
-        if not rows:
+    def submit(self, lineage: Any, embedder: Callable[[list[str]], Any], rows: Sequence[tuple[str, str, str]],
+               done: Sequence[tuple[str, str, str]] = ()) -> None:
+        """Queue (store, artifact id, fragment) rows whose artifacts ``lineage`` has just recorded, and the
+        (store, artifact id, ticket) pending captures they finish."""
+        if not rows and not done:
             return
+        job = _Job(lineage, embedder, list(rows), list(done))
         with self._idle:
             self._pending += 1
-        self._queue.put(_Job(lineage, embedder, list(rows)))
+            for ticket in {t for _, _, t in job.done}:
+                self._tickets[ticket] = self._tickets.get(ticket, 0) + 1
+        self._queue.put(job)
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tombstone-probes", daemon=True)
@@ -94,6 +146,11 @@ class ProbeQueue:
         with self._idle:
             return self._pending
 
+    def holds(self, ticket: str) -> bool:
+        """Whether a job of this process's queue will finish the pending captures of ``ticket``."""
+        with self._idle:
+            return ticket in self._tickets
+
     def _connection(self, lineage: Any) -> Any:
         """This thread's own connection to the lineage db ``lineage`` is open on (a LineageDB is not shared
         between threads)."""
@@ -110,8 +167,10 @@ class ProbeQueue:
                 return
             try:
                 vectors = embed(job.embedder, [text for _, _, text in job.rows])
+                kill_point("probes:before-record")  # crash tests: the write landed, its probes did not
                 self._connection(job.lineage).record_probes(
-                    [(store, aid, query_sha256(text), vectors[k]) for k, (store, aid, text) in enumerate(job.rows)])
+                    [(store, aid, query_sha256(text), vectors[k]) for k, (store, aid, text) in enumerate(job.rows)],
+                    job.done)
             except Exception as exc:  # the write has landed; only its probe vectors are lost
                 stores = sorted({store for store, _, _ in job.rows})
                 chunks = len({(store, aid) for store, aid, _ in job.rows})
@@ -123,6 +182,10 @@ class ProbeQueue:
                     self._close_connections()
                 with self._idle:
                     self._pending -= 1
+                    for ticket in {t for _, _, t in job.done}:
+                        left = self._tickets.pop(ticket) - 1
+                        if left:
+                            self._tickets[ticket] = left
                     self._idle.notify_all()
 
     def _close_connections(self) -> None:
@@ -140,13 +203,15 @@ PROBES = ProbeQueue()
 _held = threading.local()
 
 
-def submit(lineage: Any, embedder: Callable[[list[str]], Any], rows: Sequence[tuple[str, str, str]]) -> None:
-    """Queue probe fragments; inside a write decorated with ``after_write``, once that write has returned."""
+def submit(lineage: Any, embedder: Callable[[list[str]], Any], rows: Sequence[tuple[str, str, str]],
+           done: Sequence[tuple[str, str, str]] = ()) -> None:
+    """Queue probe fragments (and the pending captures they finish); inside a write decorated with
+    ``after_write``, once that write has returned."""
     jobs = getattr(_held, "jobs", None)
     if jobs is not None:
-        jobs.append((lineage, embedder, list(rows)))
+        jobs.append((lineage, embedder, list(rows), list(done)))
     else:
-        PROBES.submit(lineage, embedder, rows)
+        PROBES.submit(lineage, embedder, rows, done)
 
 
 def after_write(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -165,8 +230,8 @@ def after_write(method: Callable[..., Any]) -> Callable[..., Any]:
             jobs = _held.jobs
         finally:
             _held.jobs = None
-        for lineage, embedder, rows in jobs:
-            PROBES.submit(lineage, embedder, rows)
+        for lineage, embedder, rows, done in jobs:
+            PROBES.submit(lineage, embedder, rows, done)
         return result
 
     return wrapped
@@ -180,4 +245,5 @@ def flush(timeout: float | None = None) -> list[str]:
 atexit.register(flush, 120.0)
 PROBE_READ_HOOKS.append(flush)  # a read of probe vectors in this process waits for the queue  # a stuck embedder does not hold the process forever
 
-__all__ = ["MODES", "MODE_ENV", "PROBES", "ProbeQueue", "after_write", "flush", "mode", "submit"]
+__all__ = ["MODES", "MODE_ENV", "PROBES", "ProbeQueue", "after_write", "flush", "mode", "submit", "writer",
+           "writer_alive"]

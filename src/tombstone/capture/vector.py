@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 from typing import Any
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tombstone.capture import deferred
+from tombstone.capture.deferred import writer as deferred_writer
 from tombstone.capture.writes import check_write
 from tombstone.capture.calls import Embedder, embed
 from tombstone.capture.fragments import probe_queries, query_sha256
@@ -48,11 +50,14 @@ class VectorCapture:
     """(store, artifact id, sha256 of the probe query, vector) rows."""
     deferred: list[tuple[str, str, str]] = field(default_factory=list)
     """(store, artifact id, probe query) rows left for ``tombstone.capture.deferred`` to embed and record."""
+    pending: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """(store, artifact id, ticket, writer): the artifacts of ``deferred``, as the lineage db records their
+    pending capture (``LineageDB.record_artifacts(pending=...)``, in the lineage rows' transaction)."""
 
     def submit(self, lineage: Any, embedder: "Embedder") -> None:
         """Queue the deferred probe fragments; call once the lineage rows are committed."""
         if self.deferred:
-            deferred.submit(lineage, embedder, self.deferred)
+            deferred.submit(lineage, embedder, self.deferred, [(s, a, t) for s, a, t, _ in self.pending])
 
 
 def capture_vectors(
@@ -79,8 +84,11 @@ def capture_vectors(
     fragments: list[tuple[int, str]] = [(i, q) for i, d in enumerate(docs) if d for q in probe_queries(d)]
     texts = [] if embeddings is not None else [d or "" for d in docs]
     deferred = [(store, str(ids[i]), q) for i, q in fragments] if defer else []
+    pending = []
     if defer:
         fragments = []
+        ticket, who = secrets.token_hex(8), deferred_writer()
+        pending = [(store, aid, ticket, who) for aid in dict.fromkeys(aid for _, aid, _ in deferred)]
     out = embed(embedder, texts + [q for _, q in fragments])
     if embeddings is not None:
         vectors = np.asarray(embeddings, dtype=np.float32).reshape(n, -1)
@@ -105,7 +113,7 @@ def capture_vectors(
         for i in range(n)
     ]
     probes = [(store, str(ids[i]), query_sha256(q), probe_vecs[k]) for k, (i, q) in enumerate(fragments)]
-    return VectorCapture(vectors=vectors, records=records, probes=probes, deferred=deferred)
+    return VectorCapture(vectors=vectors, records=records, probes=probes, deferred=deferred, pending=pending)
 
 
 def vectors_for_write(
@@ -128,7 +136,7 @@ def vectors_for_write(
             raise ValueError("the wrapper needs an embedder")
         cap = capture_vectors(embedder, store=store, backend=backend, ids=ids, documents=documents,
                               embeddings=embeddings, defer=deferred.mode() == "background")
-        lineage.record_artifacts(subject, cap.records, probes=cap.probes)
+        lineage.record_artifacts(subject, cap.records, probes=cap.probes, pending=cap.pending)
         cap.submit(lineage, embedder)
         return cap.vectors
     if embeddings is not None:

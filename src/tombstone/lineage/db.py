@@ -331,13 +331,18 @@ class LineageDB:
         *,
         probes: Iterable[tuple[str, str, str, np.ndarray]] = (),
         edges: Iterable[tuple[str, str, str, str, str]] = (),
+        pending: Iterable[tuple[str, str, str, str]] = (),
     ) -> None:
         """Record artifacts owned by ``subject``, their probe vectors and derivation edges, atomically.
 
         ``probes`` rows are (store, artifact_id, sha256 of the probe query, vector); ``edges`` rows are
-        (src_store, src_id, dst_store, dst_id, relation). Re-recording an artifact of the same subject
-        updates it; recording another subject's artifact id raises ScopeViolationError.
+        (src_store, src_id, dst_store, dst_id, relation); ``pending`` rows are (store, artifact_id, ticket,
+        writer): artifacts whose probe fragments were queued for background capture (``record_probes``
+        clears them). Any other recorded artifact's capture is complete (inline, or it has no text).
+        Re-recording an artifact of the same subject updates it; recording another subject's artifact id
+        raises ScopeViolationError.
         """
+        pending = list(pending)
         key = self.subject_key(subject)
         now = self._now()
         artifacts = list(artifacts)
@@ -380,6 +385,13 @@ class LineageDB:
                 "INSERT INTO edges VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 [(*edge, now) for edge in edges],
             )
+            queued = {(store, aid) for store, aid, _, _ in pending}
+            conn.executemany("DELETE FROM probe_captures WHERE store = ? AND artifact_id = ?",
+                             [(a.store, a.artifact_id) for a in artifacts if (a.store, a.artifact_id) not in queued])
+            conn.executemany(
+                "INSERT INTO probe_captures VALUES (?, ?, ?, ?, ?) ON CONFLICT (store, artifact_id) DO UPDATE"
+                " SET ticket = excluded.ticket, writer = excluded.writer, queued_at = excluded.queued_at",
+                [(store, aid, ticket, writer, now) for store, aid, ticket, writer in pending])
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -590,9 +602,12 @@ class LineageDB:
         return {(a.store, a.artifact_id): [o for o in live.get(a.content_hash, []) if o.subject_key != a.subject_key]
                 if a.content_hash is not None else [] for a in arts}
 
-    def record_probes(self, probes: Iterable[tuple[str, str, str, np.ndarray]]) -> int:
+    def record_probes(self, probes: Iterable[tuple[str, str, str, np.ndarray]],
+                      done: Iterable[tuple[str, str, str]] = ()) -> int:
         """Record (store, artifact id, sha256 of the probe query, vector) rows of artifacts that are still live
-        (``tombstone.capture.deferred``): an artifact erased meanwhile gets none. Returns the rows written."""
+        (``tombstone.capture.deferred``): an artifact erased meanwhile gets none. In the same transaction the
+        pending captures ``done`` names — (store, artifact id, ticket) — are cleared, where the artifact is
+        still live and no later write replaced the ticket. Returns the probe rows written."""
         written = 0
         with self.atomic() as conn:
             for store, aid, query, vector in probes:
@@ -601,7 +616,29 @@ class LineageDB:
                     " AND artifact_id = ? AND state = 'live') ON CONFLICT (store, artifact_id, query_sha256)"
                     " DO UPDATE SET vector = excluded.vector",
                     (store, aid, query, np.asarray(vector, dtype="<f4").tobytes(), store, aid)).rowcount
+            conn.executemany(
+                "DELETE FROM probe_captures WHERE store = ? AND artifact_id = ? AND ticket = ? AND EXISTS"
+                " (SELECT 1 FROM artifacts a WHERE a.store = probe_captures.store"
+                " AND a.artifact_id = probe_captures.artifact_id AND a.state = 'live')",
+                list(done))
         return written
+
+    def pending_captures(self, store: str) -> list[tuple[str, str, str]]:
+        """The store's artifacts whose probe capture is pending: (artifact id, ticket, writer), by id."""
+        return [tuple(row) for row in self._conn.execute(
+            "SELECT artifact_id, ticket, writer FROM probe_captures WHERE store = ? ORDER BY artifact_id", (store,))]
+
+    def probes_incomplete(self, artifacts: Iterable[ArtifactRecord]) -> set[str]:
+        """Ids of the artifacts whose probe capture never finished (after this process's queued probes are
+        recorded): their fragment probe vectors are missing."""
+        _before_probe_reads()
+        out: set[str] = set()
+        for store, ids in _by_store((a.store, a.artifact_id) for a in artifacts).items():
+            for part in _parts(ids):
+                out.update(row[0] for row in self._conn.execute(
+                    f"SELECT artifact_id FROM probe_captures WHERE store = ?"
+                    f" AND artifact_id IN ({','.join('?' * len(part))})", (store, *part)))
+        return out
 
     def probe_vectors(self, artifacts: Iterable[ArtifactRecord]) -> dict[str, list[np.ndarray]]:
         """Probe vectors of each artifact, keyed by artifact id (after this process's queued probes are
@@ -655,11 +692,10 @@ class LineageDB:
             )
 
     def purge_probes(self, artifacts: Iterable[ArtifactRecord]) -> None:
+        keys = [(a.store, a.artifact_id) for a in artifacts]
         with self.atomic() as conn:
-            conn.executemany(
-                "DELETE FROM probes WHERE store = ? AND artifact_id = ?",
-                [(a.store, a.artifact_id) for a in artifacts],
-            )
+            conn.executemany("DELETE FROM probes WHERE store = ? AND artifact_id = ?", keys)
+            conn.executemany("DELETE FROM probe_captures WHERE store = ? AND artifact_id = ?", keys)
 
     # -- semantic snapshots (tombstone.verify.semantic) ---------------------------------------
 
@@ -1047,6 +1083,7 @@ class LineageDB:
             conn.executemany("UPDATE artifacts SET fingerprint = NULL, content_hash = NULL, inv_norm = NULL"
                              " WHERE store = ? AND artifact_id = ?", purge)
             conn.executemany("DELETE FROM probes WHERE store = ? AND artifact_id = ?", purge)
+            conn.executemany("DELETE FROM probe_captures WHERE store = ? AND artifact_id = ?", purge)
             conn.executemany("DELETE FROM semantic_snapshots WHERE store = ? AND artifact_id = ?", purge)
             conn.executemany("DELETE FROM model_snapshots WHERE store = ? AND artifact_id = ?", purge)
             head = self.chain_head()

@@ -209,4 +209,23 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         """,
     ),
+    (
+        11,
+        "pending probe captures",
+        """
+        -- An artifact whose probe fragments a write queued for background capture and that are not recorded
+        -- yet: written in the write's own transaction, deleted in the one that records the probe vectors.
+        -- A row left behind by a process that died says the artifact's probes are incomplete. ``ticket``
+        -- names the write (a later write of the same id replaces it), ``writer`` the process that queued it
+        -- (host:pid:start), so another process can tell a live writer's queue from a dead one's.
+        CREATE TABLE probe_captures (
+            store       TEXT NOT NULL,
+            artifact_id TEXT NOT NULL,
+            ticket      TEXT NOT NULL,
+            writer      TEXT NOT NULL DEFAULT '',
+            queued_at   TEXT NOT NULL,
+            PRIMARY KEY (store, artifact_id)
+        );
+        """,
+    ),
 )

@@ -53,6 +53,8 @@ def artifact_entry(art: ArtifactRecord, decided: Mapping[str, Any], *, scope: st
             "probes": decided["probes"],
         },
     }
+    if decided.get("probe_capture"):  # its fragment probes were never recorded (tombstone.capture.pending)
+        entry["evidence"]["probe_capture"] = dict(decided["probe_capture"])
     if art.fingerprint is not None and auditors:
         entry["sealed_patterns"] = seal({"fingerprint": list(art.fingerprint), "inv_norm": art.inv_norm}, auditors)
     return entry

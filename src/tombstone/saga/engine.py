@@ -53,6 +53,11 @@ STEPS = ("snapshot", "suppress", "reclaim", "verify", "receipt")
 NOTHING_RECORDED = ("the lineage db records no artifact for this subject, so nothing was erased; stores written"
                     " outside Tombstone's wrappers are not covered by this receipt")
 STORE_STEPS = ("snapshot", "suppress", "reclaim", "verify")
+INCOMPLETE_CAPTURE = {"complete": False, "why": (
+    "its fragment probes were never recorded: the write queued them for background capture and the writing"
+    " process ended (or its embedder failed) first; the logical probe went without them, and the semantic level"
+    " does not measure it")}
+"""An erased artifact's ``evidence.probe_capture`` when its probe capture was still pending (absent otherwise)."""
 
 
 def _context(owner: Any) -> SagaContext:
@@ -443,6 +448,7 @@ class Saga:
                                                    lambda: self._locked(store, lambda _: action()), reopen=False),
                 probe_vectors=self.lineage.probe_vectors,
                 probe_counts=self.lineage.probe_counts,
+                probes_incomplete=self.lineage.probes_incomplete,
                 live_sharing_content=self.lineage.live_sharing_content,
                 live_sharing_content_many=self.lineage.live_sharing_content_many,
                 semantic_snapshots=self.lineage.semantic_snapshots,
@@ -459,6 +465,7 @@ class Saga:
         verified = []
         suppressed_ids = self.lineage.suppressed_among(store, [a.artifact_id for a in arts])
         gaps = self.lineage.lineage_gaps(arts)
+        incomplete = self.lineage.probes_incomplete(arts)
         for art in arts:
             verdict = verdicts.get(art.artifact_id) or runner.Verdict(runner.not_run(why), runner.not_run(why))
             third = self.lineage.third_party(art.artifact_id) if store == THIRD_PARTY_STORE else None
@@ -477,6 +484,8 @@ class Saga:
                 verified.append(art)
             decided[art.artifact_id] = {"status": status_record(status),
                                         "probes": runner.probe_records(verdict.reported)}
+            if art.artifact_id in incomplete:
+                decided[art.artifact_id]["probe_capture"] = INCOMPLETE_CAPTURE
         self.lineage.set_state(arts, "decided")
         # No query path returns these any more (the logical probe ran and passed): wrappers can stop
         # filtering them. Anything else stays hidden, e.g. after a failed reclaim or a slow managed delete.

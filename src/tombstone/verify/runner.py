@@ -67,6 +67,9 @@ class VerifyContext:
     """The fragment probe vectors captured at write time, when the verifier has the lineage db."""
     probe_counts: Callable[[Sequence[ArtifactRecord]], Mapping[str, int]] | None = None
     """How many of them each artifact has, without reading them (evidence of a probe that needs none)."""
+    probes_incomplete: Callable[[Sequence[ArtifactRecord]], set[str]] | None = None
+    """Ids of the artifacts whose probe capture never finished (``tombstone.capture.pending``): the semantic
+    level is not measured for them."""
     live_sharing_content: Callable[[ArtifactRecord], Sequence[ArtifactRecord]] | None = None
     """Live artifacts of other subjects with the same content (the duplicate-content decision)."""
     live_sharing_content_many: Callable[[Sequence[ArtifactRecord]], Mapping[tuple[str, str], Sequence[ArtifactRecord]]] | None = None

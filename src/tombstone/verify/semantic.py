@@ -62,6 +62,9 @@ class SemanticStage:
         stored = ctx.semantic_snapshots(adapter.store, [a.artifact_id for a in artifacts])
         snaps = {aid: nb.Snapshot.decode(meta, blob) for aid, (meta, blob) in stored.items()}
         measured = {aid: s for aid, s in snaps.items() if s.meta.get("outcome") == "measured"}
+        # probes found incomplete after the snapshot (a write of the id since) decide nothing either
+        incomplete = set(ctx.probes_incomplete(artifacts)) if ctx.probes_incomplete is not None else set()
+        measured = {aid: s for aid, s in measured.items() if aid not in incomplete}
         erased = frozenset(a.artifact_id for a in artifacts)
         failed = None
         reference = ctx.reference or _salted_reference()
@@ -77,6 +80,8 @@ class SemanticStage:
             snap = snaps.get(aid)
             if snap is None:
                 out.outcomes[aid] = NotRun(self.level, NO_SNAPSHOT)
+            elif aid in incomplete and snap.meta.get("outcome") == "measured":
+                out.outcomes[aid] = NotRun(self.level, INCOMPLETE, evidence={"outcome": PROBES_INCOMPLETE})
             elif aid in measured and failed:
                 out.outcomes[aid] = NotRun(self.level, failed)
             elif aid in measured:
@@ -97,6 +102,10 @@ class SemanticStage:
         return out
 
 
+PROBES_INCOMPLETE = "probes incomplete"
+INCOMPLETE = ("its probes are incomplete: the write queued its fragment probes for background capture and they were"
+              " never recorded (the writing process ended first, or its embedder failed), so its neighbourhood"
+              " cannot be measured")
 NO_SNAPSHOT_HERE = ("an independent verifier has no snapshot of the neighbourhood from before the erasure, so"
                     " the semantic level cannot be measured here")
 NO_SNAPSHOT = ("no snapshot of its neighbourhood was taken before suppression (the semantic level was not enabled"
@@ -224,6 +233,11 @@ def snapshot(adapter: Any, artifacts: Sequence[ArtifactRecord], lineage: Any, ow
         a.artifact_id: nb.Snapshot({"version": nb.VERSION, "outcome": "suppressed first",
                                     "why": "it was suppressed before a snapshot of its neighbourhood could be taken"})
         for a in artifacts if a.artifact_id not in fresh_ids}
+    # an artifact whose fragment probes were never recorded is not measured on what is left of its probes
+    incomplete = lineage.probes_incomplete(fresh) if fresh else set()
+    snaps.update({aid: nb.Snapshot({"version": nb.VERSION, "outcome": PROBES_INCOMPLETE, "why": INCOMPLETE})
+                  for aid in sorted(incomplete)})
+    fresh = [a for a in fresh if a.artifact_id not in incomplete]
     error = None
     try:
         if fresh:
