@@ -6,6 +6,7 @@ import itertools
 from datetime import datetime, timedelta, timezone
 
 from tombstone import Tombstone
+from tombstone.capture import HashingEmbedder
 
 
 class FrozenClock:
@@ -44,3 +45,14 @@ def raising_stub(obj, exc: BaseException):
         if not name.startswith("_") and callable(getattr(type(obj), name, None)):
             getattr(stub, name).side_effect = exc
     return stub
+
+
+class BrokenFragments(HashingEmbedder):
+    """Embeds chunks, fails on fragments (eight words at most): the write lands, its probe capture does not."""
+
+    def embed(self, texts):
+        if texts and len(texts[0].split()) <= 8:
+            raise RuntimeError("model server went away")
+        return super().embed(texts)
+
+    __call__ = embed

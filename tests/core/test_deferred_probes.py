@@ -17,6 +17,8 @@ from tombstone.capture.vector import vectors_for_write
 from tombstone.keys import LineageSecret
 from tombstone.lineage.db import LineageDB
 
+from support import BrokenFragments
+
 SECRET = LineageSecret(b"d" * 32)
 TEXTS = [f"chunk {i} says that order {1000 + i} was refunded to the card ending {i:04d} last week" for i in range(6)]
 
@@ -33,15 +35,6 @@ class SlowEmbedder(HashingEmbedder):
     def embed(self, texts):
         if texts and len(texts[0].split()) <= 8:  # the fragments: eight words at most
             assert self.release.wait(30)
-        return super().embed(texts)
-
-    __call__ = embed
-
-
-class BrokenFragments(HashingEmbedder):
-    def embed(self, texts):
-        if texts and len(texts[0].split()) <= 8:
-            raise RuntimeError("model server went away")
         return super().embed(texts)
 
     __call__ = embed

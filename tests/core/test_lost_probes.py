@@ -185,19 +185,9 @@ def test_an_erasure_before_the_capture_is_finished_says_the_probes_are_incomplet
 from tombstone.keys import LineageSecret  # noqa: E402
 from tombstone.lineage.db import LineageDB  # noqa: E402
 from tombstone.lineage.records import ArtifactRecord  # noqa: E402
+from support import BrokenFragments  # noqa: E402
 
 TEXTS = [f"chunk {i} says that order {1000 + i} was refunded to the card ending {i:04d} last week" for i in range(3)]
-
-
-class BrokenFragments(HashingEmbedder):
-    """Embeds chunks, fails on fragments (eight words at most): the write lands, its probe capture does not."""
-
-    def embed(self, texts):
-        if texts and len(texts[0].split()) <= 8:
-            raise RuntimeError("model server went away")
-        return super().embed(texts)
-
-    __call__ = embed
 
 
 def pending_rows(db: LineageDB) -> dict[str, str]:
