@@ -75,16 +75,21 @@ def section(result: dict) -> str:
         " `tests/faults/` keep one trial per cell). *Survivors lost*: other subjects' records missing or changed"
         " afterwards (must be 0). *False VERIFIED*: erased artifacts a receipt calls VERIFIED that an independent"
         " read of the final files still finds, or, for a restored backup, an audit that still calls the receipt"
-        " sound (must be 0). *Finished*: sagas that ended with a receipt (at once or on `tombstone resume`);"
-        " *dead-lettered*: those that ended in the dead-letter list with a one-line reason. *Recovery*: median"
-        " time from lifting the fault (restart, space freed, folder writable again) to the saga's end.",
+        " sound (must be 0). How each trial's saga ended: *at once* (the erasure finished in its own run: a"
+        " writer waited for, a backup restored afterwards), *on resume* (`tombstone resume` after the fault was"
+        " lifted) or *dead-lettered* (a one-line reason; `tombstone dlq retry` then finished it). *Recovery*:"
+        " median time from lifting the fault (restart, space freed, folder writable again; for the writer and"
+        " restore cells, the erasure or the audit) to the saga's end. Trials per cell: the run's"
+        " `TOMBSTONE_BENCH_FAULT_TRIALS` (kill cells) and `TOMBSTONE_BENCH_FAULT_OTHER_TRIALS`.",
         "",
-        "| cell | trials | survivors lost | false VERIFIED | finished | dead-lettered | median recovery | failed trials |",
-        "|---|---|---|---|---|---|---|---|",
+        "| cell | trials | survivors lost | false VERIFIED | at once | on resume | dead-lettered | median recovery |"
+        " failed trials |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         recovery = f"{r['recovery']:.1f} s" if r["recovery"] is not None else "—"
         failed = f"{len(r['errors'])}: {r['errors'][0]}" if r["errors"] else "0"
+        at_once = r["ran"] - r["finished"] - r["dead_lettered"]
         lines.append(f"| {r['cell']} | {r['ran']} of {r['trials']} | {r['survivors_lost']} | {r['false_verified']} |"
-                     f" {r['finished']} | {r['dead_lettered']} | {recovery} | {failed} |")
+                     f" {at_once} | {r['finished']} | {r['dead_lettered']} | {recovery} | {failed} |")
     return "\n".join(lines)
