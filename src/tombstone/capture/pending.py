@@ -13,7 +13,6 @@ it says its probes are incomplete.
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from tombstone.capture import deferred
 from tombstone.capture.calls import embed
 from tombstone.capture.fragments import probe_queries, query_sha256
+from tombstone.capture.vector import content_hash
 
 BATCH = 500
 """Pending artifacts read from the store, and queued, at a time."""
@@ -53,7 +53,7 @@ def finish(lineage: Any, store: str, embedder: Callable[[list[str]], Any] | None
             art, text = known.get((store, aid)), texts.get(aid)
             if art is None or art.state != "live" or not text or art.content_hash is None:
                 continue
-            if lineage.secret.content_key(hashlib.sha256(text.encode("utf-8")).hexdigest()) != art.content_hash:
+            if lineage.secret.content_key(content_hash(text, None)) != art.content_hash:
                 continue  # the store holds other text than the write recorded: its fragments would not be its own
             fragments = probe_queries(text)
             if fragments:
