@@ -15,7 +15,9 @@ from functools import partial
 from pathlib import Path
 
 
-BACKENDS = ("chroma", "faiss", "qdrant", "docstore", "dataset", "lora")
+BACKENDS = ("chroma", "faiss", "qdrant", "docstore", "dataset", "lora", "exact_cache", "semantic_cache")
+"""Every file-based store (pgvector's files belong to its server: its faults are the kill cells). The two caches
+are built with the document store their answers came from (``diskfaults.NEEDS``)."""
 FAULTS = ("enospc", "readonly")
 HEADROOM = {"chroma": 64 * 1024}
 """Bytes left free when the disk fills (none elsewhere): Chroma's client cannot open a folder with no free page

@@ -37,6 +37,9 @@ from tombstone.testing import census as census_mod
 from tombstone.testing.crash import SUBJECT, cli, copy_deployment, release_stores
 
 FAULTS = ("enospc", "readonly")
+NEEDS = {"exact_cache": ("docstore",), "semantic_cache": ("docstore",)}
+"""What a backend's demo store is built from besides itself: a cached answer's source documents, without which
+the cache entry's erasure is UNVERIFIED (a lineage gap) whatever the fault did."""
 MARKERS = {
     "enospc": ("no space left on device", "enospc", "errno 28", "database or disk is full"),
     "readonly": ("read-only file system", "erofs", "errno 30", "readonly database", "read-only", "not writable"),
@@ -124,9 +127,11 @@ class StoreMount:
 
 
 def build_template(backend: str, base: Path) -> Path:
-    """A demo deployment of ``backend`` with three subjects, nothing erased."""
+    """A demo deployment of ``backend`` (and what it is built from, ``NEEDS``) with three subjects, nothing
+    erased."""
     template = base / f"template-{backend}"
-    built = cli("demo", "--workdir", str(template), "--backends", backend, "--subjects", "3", "--erase", "none")
+    backends = ",".join((backend, *NEEDS.get(backend, ())))
+    built = cli("demo", "--workdir", str(template), "--backends", backends, "--subjects", "3", "--erase", "none")
     if built.returncode != 0:
         raise RuntimeError(f"demo of {backend} failed: {built.stderr[-800:]}")
     release_stores(template)
@@ -242,4 +247,4 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
                                    "recovery_s")}
 
 
-__all__ = ["FAULTS", "StoreMount", "build_template", "mount_refused", "run_cell", "summary"]
+__all__ = ["FAULTS", "NEEDS", "StoreMount", "build_template", "mount_refused", "run_cell", "summary"]
