@@ -20,7 +20,8 @@ import numpy as np
 from tombstone.faults import kill_point
 from tombstone.fsutil import Snapshot
 from tombstone.capture.vector import normalised_fingerprint
-from tombstone.contract import Adapter, Capability, ProbeResult, writable_files
+from tombstone import holders
+from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult, writable_files
 from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.sqlite_pages import where_found, zero_all_free_space
@@ -157,6 +158,8 @@ class ChromaAdapter(ChromaHooks, Adapter):
             if self._snapshot is not None:
                 client_path = self._snapshot.copy_tree(self.path)
             self.client = chromadb.PersistentClient(path=str(client_path))
+            if self._snapshot is None:
+                holders.register(self.path)  # this process follows an erasure: not a foreign holder
             self._col = None
             with self.store_lock():  # another process may be mid-rewrite: its copy is not a leftover
                 self.collection()  # fail now, with one line, if the collection is missing
@@ -727,6 +730,23 @@ class ChromaAdapter(ChromaHooks, Adapter):
             got = col.get(ids=ids[start : start + _PAGE], include=["embeddings"])
             out.update({i: np.asarray(e, dtype=np.float32) for i, e in zip(got["ids"], got["embeddings"])})
         return out
+
+    def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
+        """Whether another process holds the persist directory's files through a client Tombstone does not
+        know of. Such a client keeps the collection's vector index as it loaded it, before the erasure, and
+        writes that copy back, erased vectors included, the next time it persists: while one is open, a scan
+        that finds nothing is not final, and the level is left unchecked (UNVERIFIED), naming the process."""
+        seen = holders.holders(self.path)
+        unchecked = None
+        if seen.foreign:
+            named = "; ".join(f"pid {pid} ({cmd[:80]})" for pid, cmd in seen.foreign[:3])
+            more = f" and {len(seen.foreign) - 3} more" if len(seen.foreign) > 3 else ""
+            unchecked = (f"a process outside Tombstone holds the Chroma store's files open: {named}{more}; its"
+                         " client keeps the vector index as it was before the erasure and writes it back,"
+                         " erased vectors included, when it next persists. Close that client (or open the"
+                         " collection through TombstoneCollection), then run 'tombstone erase' for the"
+                         " subject again")
+        return {art.artifact_id: ExtraFinding(evidence=seen.evidence(), unchecked=unchecked) for art in artifacts}
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         patterns = super().physical_patterns(artifact)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tombstone import holders
 from tombstone.capture.hidden import suppressed_among
 from tombstone.capture.hidden import HiddenIds, keep_positions
 from tombstone.capture import deferred, pending
@@ -262,6 +263,8 @@ class TombstoneCollection:
         directory = _persist_directory(collection)
         self._epoch_file = epoch_file_for(directory) if directory else None
         self._epoch = read_epoch(self._epoch_file)
+        if directory:
+            holders.register(directory)  # an erasure sees this process follows it (the epoch token)
         self.hidden = HiddenIds(lineage, store) if lineage is not None else None
         """Ids suppressed and not yet reclaimed (None: no lineage db, the in-store flag decides)."""
         self._count_for: frozenset[str] | None = None

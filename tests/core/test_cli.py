@@ -247,10 +247,11 @@ def test_demo_with_every_embedded_backend(tmp_path):
     receipt = json.loads((root / "receipts" / "user-0001.json").read_text())
     assert {a["backend"] for a in receipt["artifacts"]} == {"chroma", "faiss", "qdrant", "docstore"}
     assert receipt["summary"]["VERIFIED"] == 12 and len(receipt["artifacts"]) == 12
-    # each store under its own folder; beside it only the store locks erasures and writers share, and
-    # Chroma's epoch token (its wrappers reopen the collection after an in-place reclaim)
+    # each store under its own folder; beside it only the store locks erasures and writers share, Chroma's
+    # epoch token (its wrappers reopen the collection after an in-place reclaim) and the folder where the
+    # processes holding it through Tombstone register (this one, while it runs)
     listing = sorted(p.name for p in (root / "stores").iterdir())
-    beside = (".tombstone.lock", ".tombstone.reclaimed")
+    beside = (".tombstone.lock", ".tombstone.reclaimed", ".tombstone.clients")
     assert [n for n in listing if not n.endswith(beside)] == ["chroma", "docstore", "faiss", "qdrant"]
     assert all(n.removesuffix(".tombstone.lock") in ("chroma", "docstore", "faiss", "qdrant") for n in listing
                if n.endswith(".tombstone.lock"))

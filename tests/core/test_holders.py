@@ -1,0 +1,104 @@
+"""``tombstone.holders``: the other processes that hold a store's files open, told apart by whether they
+registered through Tombstone. Real child processes, each holding a real file open until told to stop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tombstone import holders
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists open files through /proc")
+
+HOLD = """
+import sys
+from tombstone import holders
+path, register = sys.argv[1], sys.argv[2] == "1"
+fh = open(path, "rb")
+if register:
+    holders.register(sys.argv[3])
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _holder(file: Path, store: Path, register: bool) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(file), "1" if register else "0", str(store)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"  # waits on the child, not on a sleep
+    return proc
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.communicate("\n", timeout=60)
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    folder = tmp_path / "store"
+    (folder / "seg").mkdir(parents=True)
+    (folder / "seg" / "data.bin").write_bytes(b"x" * 100)
+    return folder
+
+
+def test_nothing_holds_a_store_nobody_opened(store):
+    seen = holders.holders(store)
+    assert seen.listed and seen.foreign == [] and seen.registered == []
+
+
+def test_a_process_holding_a_file_inside_is_foreign_until_it_registers(store):
+    foreign = _holder(store / "seg" / "data.bin", store, register=False)
+    known = _holder(store / "seg" / "data.bin", store, register=True)
+    try:
+        seen = holders.holders(store)
+        assert [pid for pid, _ in seen.foreign] == [foreign.pid]
+        named = dict(seen.foreign)[foreign.pid]  # its command line, on one line, to name it
+        assert named.startswith(sys.executable) and "\n" not in named
+        assert seen.registered == [known.pid]
+        assert os.getpid() not in [pid for pid, _ in seen.foreign] + seen.registered
+        assert (holders.registry_for(store)).is_dir()
+        evidence = seen.evidence()["other_holders"]
+        assert evidence["through_tombstone"] == 1 and str(foreign.pid) in evidence["outside_tombstone"][0]
+    finally:
+        _stop(foreign)
+        _stop(known)
+    # once they stop, nothing holds it; the registered one's entry, and the emptied folder, went with it
+    after = holders.holders(store)
+    assert after.foreign == [] and after.registered == []
+    assert not holders.registry_for(store).exists()
+
+
+def test_a_file_outside_the_store_is_not_counted(store, tmp_path):
+    beside = tmp_path / "store-other.bin"  # shares the store's name as a prefix, is not inside it
+    beside.write_bytes(b"y")
+    proc = _holder(beside, store, register=False)
+    try:
+        assert holders.holders(store).foreign == []
+    finally:
+        _stop(proc)
+
+
+def test_an_entry_left_by_a_process_that_died_does_not_register_a_new_one(store):
+    """A registry entry names the pid and the process's start time: a stale entry (its process gone, or its
+    pid reused by another process) does not make a foreign holder look registered, and is removed."""
+    foreign = _holder(store / "seg" / "data.bin", store, register=False)
+    try:
+        stale = holders.registry_for(store) / f"{foreign.pid}-1"  # the pid, another start time
+        stale.parent.mkdir(parents=True, exist_ok=True)
+        stale.touch()
+        assert [pid for pid, _ in holders.holders(store).foreign] == [foreign.pid]
+        assert holders.register(store)
+        assert not stale.exists()
+    finally:
+        _stop(foreign)
+
+
+def test_without_proc_the_listing_says_it_did_not_look(store, monkeypatch, tmp_path):
+    monkeypatch.setattr(holders, "_PROC", tmp_path / "no-proc")
+    seen = holders.holders(store)
+    assert not seen.listed and seen.foreign == []
+    assert "not listed" in seen.evidence()["other_holders"]
