@@ -17,9 +17,8 @@ from typing import Any
 
 from census_conc import ERASED, audit_rows, build, cli, release
 
-NEEDS = {"exact_cache": ("docstore",), "semantic_cache": ("docstore",)}
-"""What a cell's store is built from besides the store itself (a cached answer's source documents, without
-which its erasure is UNVERIFIED: a lineage gap)."""
+from tombstone.testing.diskfaults import NEEDS  # what a cache is built from besides itself
+
 FILE_BACKENDS = ("chroma", "faiss", "qdrant", "docstore", "dataset", "lora", "exact_cache", "semantic_cache")
 
 
