@@ -683,3 +683,48 @@ def test_semantic_neighbours_asks_again_when_the_excluded_records_fill_the_first
     assert got.ids == order[10:13]
     assert len(asked) == 2 and asked[0] < asked[1] == 13, asked  # the first ask came back short
     assert np.allclose(got.vectors, vectors[[ids.index(i) for i in got.ids]], atol=1e-6)
+
+
+STALE_CLIENT = """
+import sys, chromadb
+client = chromadb.PersistentClient(path=sys.argv[1])
+col = client.get_collection("docs")
+col.get(ids=[sys.argv[2]], include=["embeddings"])  # the index, erased vectors included, in this process
+print("ready", flush=True)
+for line in sys.stdin:
+    n = int(line)
+    col.add(ids=[f"raw-{i:03d}" for i in range(n)], embeddings=[[float(i % 7 + 1)] * {dim} for i in range(n)])
+    print("written", flush=True)
+""".replace("{dim}", str(DIM))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists other processes' open files through /proc")
+def test_a_stale_client_in_another_process_leaves_the_erasure_unverified_naming_it(ctomb):
+    """A raw Chroma client in another process, opened before the erasure, holds the old index. While it is
+    open the physical level is not VERIFIED: UNVERIFIED naming its pid while its copy is only in memory, and
+    RESIDUAL naming it too once it has written the erased vectors back. Closed, the erasure run again is
+    VERIFIED, and an independent scan of the files agrees. The control: its writes do put the bytes back."""
+    import subprocess
+    import sys
+
+    mine, _, arts, norm = in_place_store(ctomb)
+    child = subprocess.Popen([sys.executable, "-c", STALE_CLIENT, str(store_dir(ctomb)), mine[0]],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        receipt, _ = ctomb.erase("alice")
+        rows = [a for a in receipt["artifacts"] if a["artifact_id"] in mine]
+        assert rows and all(a["status"] == "UNVERIFIED" for a in rows), rows
+        assert all(f"pid {child.pid}" in a["reason"] and "outside Tombstone" in a["reason"] for a in rows), rows
+        assert not any(scan(store_dir(ctomb), p) for p in norm)  # the files alone would have passed
+        child.stdin.write("60\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "written"
+        found = ctomb.adapter("vectors").probe_physical(arts)
+        assert not any(r.passed for r in found.values()), "control: the stale client wrote nothing back?"
+        assert all(f"pid {child.pid}" in r.measurement for r in found.values()), found
+    finally:
+        child.communicate(timeout=120)  # end of its input: it exits, its client closed
+    receipt, _ = ctomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"] if a["artifact_id"] in mine} == {"VERIFIED"}, receipt
+    assert not any(scan(store_dir(ctomb), p) for p in norm)

@@ -470,7 +470,9 @@ def _writer_cell(root: Path, config: Path, backend: str, mode: str) -> dict[str,
         # holding the store): with the writer stopped, the erasure run again, as the receipt says
         first = sorted((config.parent / "receipts").glob(f"{ERASED}*.json"), key=lambda p: p.stat().st_mtime_ns)
         body = json.loads(first[-1].read_text()) if first else {"artifacts": []}
-        unchecked = [a["reason"] for a in body["artifacts"] if a["status"] == "UNVERIFIED"]
+        # (or found again: the client wrote its stale index back before the verify step read the files)
+        unchecked = [a.get("reason") or a.get("measurement") or "" for a in body["artifacts"]
+                     if a["status"] in ("UNVERIFIED", "RESIDUAL")]
         if unchecked:
             again = cli("erase", ERASED, "--config", str(config))
     recovery_s = time.monotonic() - started

@@ -43,8 +43,9 @@ def _check(result: dict, backend: str, mode: str) -> None:
         assert result["still_there"] == [], "the erased records are still in the store"
     if (backend, mode) == ("chroma", "raw"):
         # a Chroma client opened outside Tombstone keeps the vector index as it loaded it and can write the
-        # erased vectors back when it next persists: while it held the files, nothing was VERIFIED, and the
-        # receipt named the process; with it stopped, the erasure run again is VERIFIED on the final files
+        # erased vectors back when it next persists: while it held the files, nothing was VERIFIED (UNVERIFIED,
+        # or RESIDUAL where it had written them back before the verify step read the files), and the receipt
+        # named the process; with it stopped, the erasure run again is VERIFIED on the final files
         assert result["erase_code"] == 3 and result["unchecked"], result["erase_err"]
         assert all("outside Tombstone" in why and "pid " in why for why in result["unchecked"]), result["unchecked"]
         assert result["again"] is not None and result["again"][0] == 0, result["again"]

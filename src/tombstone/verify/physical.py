@@ -342,6 +342,8 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, Outcom
         if not found and more.unchecked:
             results[art.artifact_id] = NotRun(LEVEL, more.unchecked, evidence=evidence)
             continue
+        if found and more.unchecked:  # found, and why erasing again may not be enough yet (a stale client)
+            found.append(more.unchecked)
         results[art.artifact_id] = ProbeResult(level=LEVEL, passed=not found, measurement="; ".join(found) or None,
                                                evidence=evidence, id_found=bool(id_hits) or more.id_found,
                                                content_found=bool(content_hits) or more.content_found)
