@@ -77,7 +77,7 @@ from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.capture import deferred, pending
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
 from tombstone.errors import StoreUnavailableError
-from tombstone.fsutil import METADATA_LIMIT, make_private_dirs, open_regular, read_fd, read_regular
+from tombstone.fsutil import METADATA_LIMIT, make_private_dirs, open_regular, overwrite_ranges, read_fd, read_regular
 from tombstone.fsutil import write_atomic as _write_atomic
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -1044,8 +1044,7 @@ class FaissStore:
             except (OSError, StoreUnavailableError):
                 return
             try:
-                for offset, length in places:
-                    os.pwrite(fd, b" " * length, offset)
+                overwrite_ranges(fd, places, ord(" "))
                 os.fsync(fd)
             except OSError:
                 return
@@ -1081,9 +1080,8 @@ class FaissStore:
                     return True
                 ids = open_regular(self.dir / HEAD_IDS, self.dir, write=True, store=self.store)
                 try:
-                    for row, (at, length) in zip(hits.tolist(), places):
-                        os.pwrite(heads, bytes(_ZEROED_BYTES), row_bytes * (row + 1))
-                        os.pwrite(ids, b" " * length, at)
+                    overwrite_ranges(heads, [(row_bytes * (row + 1), _ZEROED_BYTES) for row in hits.tolist()], 0)
+                    overwrite_ranges(ids, places, ord(" "))
                     os.fsync(ids)
                 finally:
                     os.close(ids)

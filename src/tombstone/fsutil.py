@@ -9,6 +9,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 from tombstone.errors import StoreUnavailableError
 
@@ -238,6 +239,34 @@ def read_fd(fd: int, size: int, offset: int = 0) -> bytes:
     return b"".join(parts)
 
 
+def overwrite_ranges(fd: int, places: Iterable[tuple[int, int]], fill: int, *, gap: int = 4096,
+                     most: int = 8 << 20) -> int:
+    """Overwrite each ``(offset, length)`` of ``fd`` with the byte ``fill``. Places at most ``gap`` bytes apart
+    are done together (up to ``most`` bytes): the span is read, its places filled, and the span written back,
+    the bytes between them as they were; so thousands of adjacent records cost a few writes, not one each.
+    The caller holds whatever keeps other writers off the file meanwhile. Returns how many writes it took."""
+    ordered = sorted((int(at), int(length)) for at, length in places if length > 0)
+    writes = i = 0
+    while i < len(ordered):
+        start, end = ordered[i][0], ordered[i][0] + ordered[i][1]
+        j = i + 1
+        while j < len(ordered) and ordered[j][0] - end <= gap and ordered[j][0] + ordered[j][1] - start <= most:
+            end = max(end, ordered[j][0] + ordered[j][1])
+            j += 1
+        span = bytearray(os.pread(fd, end - start, start)) if j > i + 1 else None
+        if span is None or len(span) != end - start:  # one place, or a file shorter than its places say
+            for at, length in ordered[i:j]:
+                os.pwrite(fd, bytes([fill]) * length, at)
+                writes += 1
+        else:
+            for at, length in ordered[i:j]:
+                span[at - start : at - start + length] = bytes([fill]) * length
+            os.pwrite(fd, span, start)
+            writes += 1
+        i = j
+    return writes
+
+
 def read_regular(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None,
                  limit: int = METADATA_LIMIT, *, option: str | None = None, store: str | None = None) -> bytes:
     """The whole of ``path``, opened as :func:`open_regular` opens it, if it holds at most ``limit`` bytes
@@ -259,5 +288,5 @@ def read_regular(path: str | os.PathLike[str], root: str | os.PathLike[str] | No
 
 __all__ = ["PRIVATE_FILE_MODE", "NotARegularFile", "Snapshot", "create_private", "make_private_dirs", "read_regular_file",
            "write_atomic",
-           "METADATA_LIMIT", "PRIVATE_DIR_MODE", "confined_path", "open_regular", "read_fd",
+           "METADATA_LIMIT", "PRIVATE_DIR_MODE", "confined_path", "open_regular", "overwrite_ranges", "read_fd",
            "read_regular"]

@@ -94,3 +94,28 @@ def test_compose_publishes_ports_on_this_machine_only():
     text = (ROOT / "docker" / "compose.yaml").read_text()
     ports = [line.split("ports:", 1)[1].strip() for line in text.splitlines() if "ports:" in line]
     assert ports and all(p.startswith('["127.0.0.1:') for p in ports), ports
+
+
+def test_overwrite_ranges_fills_only_the_places_and_keeps_the_bytes_between(tmp_path):
+    """Adjacent places go in one write (the span read, filled, written back); the bytes between them, and
+    a place alone, are as a write of each place would leave them."""
+    import random
+
+    from tombstone.fsutil import overwrite_ranges
+
+    rng = random.Random(7)
+    data = bytes(rng.randrange(256) for _ in range(50_000))
+    places = [(at, rng.randrange(0, 40)) for at in sorted(rng.sample(range(49_900), 600))]
+    places += [(10, 5), (12, 6), (49_990, 10)]  # overlapping, and one at the very end
+    expected = bytearray(data)
+    for at, length in places:
+        expected[at : at + length] = b"#" * length
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        writes = overwrite_ranges(fd, places, ord("#"), gap=64)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == bytes(expected)
+    assert writes < len(places) / 2  # runs, not one write a place

@@ -182,6 +182,22 @@ def test_decide_is_the_first_matching_rule(findings):
         assert status.level is max((lv for lv in Level if findings.ran(lv)), key=lambda lv: lv.rank)
 
 
+@given(_findings, _findings)
+def test_a_remembered_decision_is_the_one_the_rules_make(first, second):
+    """``decide`` keeps the statuses it made, by what the rules read: each answer is still the rules' own for
+    the findings it is given, whichever came before it."""
+    from tombstone.verify.levels import _decide
+
+    for findings in (first, second, first):
+        try:
+            expected = _decide(findings)
+        except (ScopeViolationError, NotSuppressedError) as exc:
+            with pytest.raises(type(exc)):
+                decide(findings)
+            continue
+        assert decide(findings) == expected
+
+
 def test_status_invariants():
     with pytest.raises(ValueError):
         Status(StatusKind.VERIFIED)

@@ -94,6 +94,14 @@ def _parts(values: list, size: int = 500) -> Iterator[list]:
         yield values[start : start + size]
 
 
+def _for_ids(conn: Any, sql: str, keys: Iterable[tuple[str, str]], head: tuple[Any, ...] = ()) -> None:
+    """Run ``sql`` once per store and slice of its ids, rather than once per (store, id) pair: its parameters
+    are ``head``, the store, then the slice's ids, which ``{ids}`` in ``sql`` stands for (``?, ?, ...``)."""
+    for store, ids in _by_store(keys).items():
+        for part in _parts(ids):
+            conn.execute(sql.format(ids=",".join("?" * len(part))), (*head, store, *part))
+
+
 def _before_probe_reads() -> None:
     for hook in PROBE_READ_HOOKS:
         hook()
@@ -686,16 +694,14 @@ class LineageDB:
 
     def set_state(self, artifacts: Iterable[ArtifactRecord], state: str) -> None:
         with self.atomic() as conn:
-            conn.executemany(
-                "UPDATE artifacts SET state = ? WHERE store = ? AND artifact_id = ?",
-                [(state, a.store, a.artifact_id) for a in artifacts],
-            )
+            _for_ids(conn, "UPDATE artifacts SET state = ? WHERE store = ? AND artifact_id IN ({ids})",
+                     [(a.store, a.artifact_id) for a in artifacts], (state,))
 
     def purge_probes(self, artifacts: Iterable[ArtifactRecord]) -> None:
         keys = [(a.store, a.artifact_id) for a in artifacts]
         with self.atomic() as conn:
-            conn.executemany("DELETE FROM probes WHERE store = ? AND artifact_id = ?", keys)
-            conn.executemany("DELETE FROM probe_captures WHERE store = ? AND artifact_id = ?", keys)
+            _for_ids(conn, "DELETE FROM probes WHERE store = ? AND artifact_id IN ({ids})", keys)
+            _for_ids(conn, "DELETE FROM probe_captures WHERE store = ? AND artifact_id IN ({ids})", keys)
 
     # -- semantic snapshots (tombstone.verify.semantic) ---------------------------------------
 
@@ -818,10 +824,8 @@ class LineageDB:
         now = self._now()
         artifacts = list(artifacts)
         with self.atomic() as conn:
-            conn.executemany(
-                "UPDATE suppressions SET cleared_at = ? WHERE store = ? AND artifact_id = ? AND cleared_at IS NULL",
-                [(now, a.store, a.artifact_id) for a in artifacts],
-            )
+            _for_ids(conn, "UPDATE suppressions SET cleared_at = ? WHERE store = ? AND artifact_id IN ({ids})"
+                     " AND cleared_at IS NULL", [(a.store, a.artifact_id) for a in artifacts], (now,))
             self._bump_generations(conn, {a.store for a in artifacts})
 
     @staticmethod
@@ -1080,12 +1084,10 @@ class LineageDB:
         purge = [pair for *_, pairs in rows for pair in pairs]
         seqs = []
         with self.atomic() as conn:
-            conn.executemany("UPDATE artifacts SET fingerprint = NULL, content_hash = NULL, inv_norm = NULL"
-                             " WHERE store = ? AND artifact_id = ?", purge)
-            conn.executemany("DELETE FROM probes WHERE store = ? AND artifact_id = ?", purge)
-            conn.executemany("DELETE FROM probe_captures WHERE store = ? AND artifact_id = ?", purge)
-            conn.executemany("DELETE FROM semantic_snapshots WHERE store = ? AND artifact_id = ?", purge)
-            conn.executemany("DELETE FROM model_snapshots WHERE store = ? AND artifact_id = ?", purge)
+            _for_ids(conn, "UPDATE artifacts SET fingerprint = NULL, content_hash = NULL, inv_norm = NULL"
+                     " WHERE store = ? AND artifact_id IN ({ids})", purge)
+            for table in ("probes", "probe_captures", "semantic_snapshots", "model_snapshots"):
+                _for_ids(conn, f"DELETE FROM {table} WHERE store = ? AND artifact_id IN ({{ids}})", purge)
             head = self.chain_head()
             for saga_id, subject_key, receipt_hash, previous, body, _ in rows:
                 if (head[1] if head else None) != previous:

@@ -265,11 +265,44 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _decision_key(f: Findings) -> tuple[Any, ...]:
+    """Everything of ``f`` the rules below read, except the artifact's id (which only the two raising rules
+    name): findings that agree on it get the same status."""
+    outcomes = []
+    for level in _LEVEL_ORDER:
+        outcome = f.probes.get(level)
+        if outcome is None:
+            outcomes.append(None)
+        elif outcome.ran:
+            outcomes.append((True, outcome.passed, outcome.measurement))
+        else:
+            outcomes.append((False, outcome.why, bool(getattr(outcome, "ceiling", False))))
+    return (f.dlq_error, f.no_adapter, f.lineage_gap, f.third_party, f.duplicate_content, f.semantic_not_testable,
+            len(f.probes), *outcomes)
+
+
+_DECIDED: dict[tuple[Any, ...], Status] = {}
+"""Statuses already decided, by ``_decision_key``: a batch's thousands of artifacts come in a few shapes."""
+_DECIDED_AT_MOST = 4096
+
+
 def decide(findings: Findings) -> Status:
     """Return the status of the first rule that matches ``findings``.
 
     Raises ScopeViolationError or NotSuppressedError for the two rules that must never yield a status.
     """
+    if findings.scope_violation is not None or not findings.suppressed:
+        return _decide(findings)  # the two rules that raise, naming the artifact
+    key = _decision_key(findings)
+    status = _DECIDED.get(key)
+    if status is None:
+        if len(_DECIDED) >= _DECIDED_AT_MOST:
+            _DECIDED.clear()
+        status = _DECIDED[key] = _decide(findings)
+    return status
+
+
+def _decide(findings: Findings) -> Status:
     for rule in RULES:
         if rule.matches(findings):
             return rule.decide(findings)
