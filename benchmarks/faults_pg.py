@@ -8,8 +8,8 @@ in files the killed statement left behind, or in the planner statistics), ``fini
 ``dead_lettered`` and ``recovery_s`` (from the restart — or, where the server is not restarted by hand,
 from the kill — to the saga finished or dead-lettered).
 
-Cells: ``<statement>-<victim>``, statement one of ``vacuum_full``, ``reindex`` (the HNSW index), ``analyze``
-(the statistics rebuilt from the survivors); victim ``host`` (postmaster and erasing process together),
+Cells: ``<statement>-<victim>``, statement one of ``vacuum_full`` (the table and its HNSW index written anew),
+``analyze`` (the statistics rebuilt from the survivors); victim ``host`` (postmaster and erasing process together),
 ``postmaster`` (the server alone) or ``backend`` (the statement's server process alone).
 """
 

@@ -89,7 +89,7 @@ def section(result: dict) -> str:
                      f" {result[1]['span'] / w['span']:.2f}x |")
     lines += [
         "",
-        "Each saga's pgvector reclaim rewrites the whole table (`VACUUM FULL`, `REINDEX`) under an exclusive lock"
+        "Each saga's pgvector reclaim rewrites the whole table (`VACUUM FULL`) under an exclusive lock"
         " and each docstore reclaim runs `VACUUM` on the one SQLite file, so those steps serialise across"
         " workers whatever their number; suppression and the probes overlap. Where many subjects go at once,"
         " a batch (above) pays each rewrite once.",

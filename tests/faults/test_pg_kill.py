@@ -1,5 +1,5 @@
-"""The embedded PostgreSQL killed with SIGKILL while the pgvector reclaim runs VACUUM FULL, REINDEX (of the
-HNSW index) or the ANALYZE that rebuilds the statistics, then started again and the erasure resumed
+"""The embedded PostgreSQL killed with SIGKILL while the pgvector reclaim runs VACUUM FULL (the table and its
+HNSW index written anew) or the ANALYZE that rebuilds the statistics, then started again and the erasure resumed
 (``tombstone_adapters.pgvector.killtrials``): no survivor lost, no VERIFIED while erased bytes remain in the
 table's files (or in files a killed statement left), the saga finished on resume or dead-lettered with a
 one-line reason, and a non-zero exit while work remains."""
@@ -52,5 +52,5 @@ def test_backend_killed_during_vacuum_full_the_server_recovers_and_the_erasure_f
 
 
 @pytest.mark.slow
-def test_postmaster_alone_killed_during_reindex(tmp_path):
-    check(trial(tmp_path, "reindex", "postmaster"))
+def test_postmaster_alone_killed_during_vacuum_full(tmp_path):
+    check(trial(tmp_path, "vacuum_full", "postmaster"))

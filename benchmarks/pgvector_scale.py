@@ -1,0 +1,236 @@
+"""pgvector at scale: one subject's erasure as the table grows, and what each statement of its reclaim costs.
+
+Each case (size) is built in one process (``python benchmarks/pgvector_scale.py build SIZE WORKDIR``) and
+measured in another (``... case SIZE WORKDIR``), as ``tombstone erase`` runs in a process of its own. A case is
+an embedded PostgreSQL with one pgvector table of ``size`` dim-384 unit vectors in subjects of 100 chunks,
+lineage recorded for every chunk; the rows are loaded with ``COPY`` and the HNSW index built once after (the
+bulk load: the floor of any rewrite of the table). The measuring process then:
+
+- opens the store as an erasure does, and erases one subject end to end (``Tombstone.erase``), with the
+  saga's steps from the journal's stamps;
+- runs each statement of the reclaim on its own, timed, for a second subject's rows (``DELETE``, ``REINDEX``
+  of the HNSW index, ``VACUUM FULL``, ``ANALYZE``, ``CHECKPOINT``): what grows with the table, and why;
+- erases a batch of ``BATCH`` other subjects (``erase_many``) against one.
+
+Sizes: ``TOMBSTONE_BENCH_PG_SIZES`` (default ``10000,100000``). Every server started is stopped again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+HEADINGS = ("pgvector at scale: one subject's erasure and its reclaim's statements",)
+DIM = 384
+CHUNKS = 100
+BATCH = int(os.environ.get("TOMBSTONE_BENCH_PG_BATCH", "10"))
+SIZES = tuple(int(n) for n in os.environ.get("TOMBSTONE_BENCH_PG_SIZES", "10000,100000").split(","))
+STATEMENTS = ("DELETE", "REINDEX", "VACUUM FULL", "ANALYZE", "CHECKPOINT")
+TABLE, INDEX = "bench", "bench_embedding_hnsw"
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _ids(ref: str) -> list[str]:
+    return [f"{ref}-chunk-{k:03d}" for k in range(CHUNKS)]
+
+
+def build(size: int, tmp: Path) -> dict:
+    """The case's deployment under ``tmp/deploy``, its server stopped again; what the measuring process needs."""
+    import psycopg
+
+    from tombstone import Tombstone, init_deployment
+    from tombstone.capture import HashingEmbedder
+    from tombstone.capture.vector import capture_vectors
+    from tombstone_adapters.pgvector import PgVectorStore, embedded_dsn
+    from tombstone_adapters.pgvector.server import stop_embedded
+
+    config = init_deployment(tmp / "deploy", {"pg": {"backend": "pgvector", "data_dir": "stores/pgdata",
+                                                      "table": TABLE}})
+    data_dir = config.stores["pg"].options["data_dir"]
+    embedder = HashingEmbedder(DIM)
+    refs = [f"s{i:05d}" for i in range(size // CHUNKS)]
+    out: dict = {"refs": refs}
+    start = time.perf_counter()
+    try:
+        with Tombstone(config) as tomb, psycopg.connect(embedded_dsn(data_dir), autocommit=True) as conn:
+            PgVectorStore(conn, TABLE, dim=DIM, store="pg")  # the table and its HNSW index, as the wrapper makes them
+            conn.execute(f"DROP INDEX {INDEX}")  # loaded first and indexed once, as a bulk load does
+            rows = []
+            for i, ref in enumerate(refs):
+                docs = [f"{ref} chunk {k}: words of a support ticket about an order and a parcel" for k in range(CHUNKS)]
+                cap = capture_vectors(embedder, store="pg", backend="pgvector", ids=_ids(ref), documents=docs,
+                                      embeddings=_vectors(CHUNKS, i))
+                tomb.lineage.record_artifacts(ref, cap.records, probes=cap.probes)
+                rows += [(aid, doc, "[" + ",".join(f"{x:.7g}" for x in v) + "]")
+                         for aid, doc, v in zip(_ids(ref), docs, cap.vectors)]
+            out["lineage"] = time.perf_counter() - start
+            t = time.perf_counter()
+            with conn.cursor() as cur, cur.copy(f"COPY {TABLE} (id, document, embedding) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            out["copy"] = time.perf_counter() - t
+            t = time.perf_counter()
+            conn.execute(f"CREATE INDEX {INDEX} ON {TABLE} USING hnsw (embedding vector_cosine_ops)")
+            out["index_build"] = time.perf_counter() - t
+            conn.execute(f"ANALYZE {TABLE}")
+            conn.execute("CHECKPOINT")
+            out["settings"] = {name: conn.execute(f"SHOW {name}").fetchone()[0]
+                               for name in ("maintenance_work_mem", "max_parallel_maintenance_workers", "shared_buffers")}
+            out["server"] = conn.execute("SELECT current_setting('server_version'),"
+                                         " (SELECT extversion FROM pg_extension WHERE extname = 'vector')").fetchone()
+    finally:
+        stop_embedded(data_dir)
+    out["load"] = time.perf_counter() - start
+    return out
+
+
+def case(size: int, tmp: Path) -> dict:
+    """Measure a case ``build`` made, in a process of its own."""
+    import psycopg
+
+    from tombstone import Tombstone
+    from tombstone.config import load_config
+    from tombstone_adapters.pgvector import embedded_dsn
+    from tombstone_adapters.pgvector.server import stop_embedded
+
+    built = json.loads((tmp / "build.json").read_text())
+    config, refs = load_config(tmp / "deploy" / "tombstone.toml"), built["refs"]
+    data_dir = config.stores["pg"].options["data_dir"]
+    out: dict = {"size": size, **{k: built[k] for k in ("load", "lineage", "copy", "index_build", "settings", "server")}}
+    try:
+        with Tombstone(config) as tomb:
+            t = time.perf_counter()
+            tomb.adapter("pg")
+            out["open"] = time.perf_counter() - t
+            t = time.perf_counter()
+            receipt, _ = tomb.erase(refs[0])
+            out["erase"] = time.perf_counter() - t
+            assert receipt["summary"].get("VERIFIED") == CHUNKS, receipt["summary"]
+            out["steps"] = _steps(tomb, receipt["saga_id"])
+            out["reclaim_steps"] = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["steps"]
+            with psycopg.connect(embedded_dsn(data_dir), autocommit=True) as conn:
+                out["table_mib"] = conn.execute(f"SELECT pg_table_size('{TABLE}')").fetchone()[0] / 1048576
+                out["index_mib"] = conn.execute(f"SELECT pg_relation_size('{INDEX}')").fetchone()[0] / 1048576
+                timed = {}
+                for name, statement, params in (
+                        ("DELETE", f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (_ids(refs[1]),)),
+                        ("REINDEX", f"REINDEX INDEX {INDEX}", None), ("VACUUM FULL", f"VACUUM FULL {TABLE}", None),
+                        ("ANALYZE", f"ANALYZE {TABLE}", None), ("CHECKPOINT", "CHECKPOINT", None)):
+                    t = time.perf_counter()
+                    conn.execute(statement, params)
+                    timed[name] = time.perf_counter() - t
+                out["statements"] = timed
+            t = time.perf_counter()
+            batch = tomb.erase_many(refs[2 : 2 + BATCH])
+            out["batch"] = time.perf_counter() - t
+            out["batch_subjects"] = len(batch)
+            assert all(r["summary"].get("VERIFIED") == CHUNKS for r, _ in batch)
+    finally:
+        stop_embedded(data_dir)
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["measured_at"] = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return out
+
+
+def _steps(tomb, saga_id: str) -> dict[str, float]:
+    begins, out = {}, {}
+    for e in tomb.lineage.journal_entries(saga_id):
+        at = datetime.strptime(e["at"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+        if e["phase"] == "begin":
+            begins[e["step"]] = at
+        elif e["step"] in begins:
+            out[e["step"]] = out.get(e["step"], 0.0) + at - begins[e["step"]]
+    return out
+
+
+def run(tmp: Path, sizes=SIZES) -> dict:
+    cases, failed = [], []
+    for size in sizes:
+        work = tmp / f"pg-{size}"
+        work.mkdir(parents=True)
+        me = str(Path(__file__).resolve())
+        proc = subprocess.run([sys.executable, me, "build", str(size), str(work)], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode == 0:
+            (work / "build.json").write_text(proc.stdout.strip().splitlines()[-1])
+            proc = subprocess.run([sys.executable, me, "case", str(size), str(work)], capture_output=True, text=True,
+                                  check=False)
+        if proc.returncode != 0:
+            print(f"  pgvector {size}: failed\n{proc.stderr[-3000:]}", file=sys.stderr, flush=True)
+            failed.append(f"{size:,}")
+            continue
+        cases.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"  pgvector {size}: erase {cases[-1]['erase']:.2f} s", file=sys.stderr, flush=True)
+    if not cases:
+        raise RuntimeError(f"every case failed: {', '.join(failed)}")
+    return {"cases": cases, "failed": failed, "batch": BATCH}
+
+
+def section(result: dict) -> str:
+    cases = sorted(result["cases"], key=lambda c: c["size"])
+    first = cases[0]
+    version, ext = first["server"]
+    settings = ", ".join(f"`{k}` {v}" for k, v in first["settings"].items())
+    lines = [
+        f"## {HEADINGS[0]}",
+        "",
+        f"The embedded PostgreSQL {version} with pgvector {ext} ({settings}; the defaults), one table of dim-384 unit"
+        f" vectors in subjects of {CHUNKS} chunks with an HNSW index (cosine, pgvector's default parameters), lineage"
+        " recorded for every chunk. Each case is built in one process (rows loaded with `COPY`, the index built once"
+        " after: the *bulk load*, the floor of any rewrite of the table) and measured in another: one subject's"
+        " erasure end to end (`Tombstone.erase`), then each statement of the reclaim run on its own for a second"
+        f" subject's rows, then a batch of {result['batch']} other subjects (`erase_many`). One run per size on two"
+        " shared cores; *peak memory* is the measuring Python process's (the server's processes are apart).",
+        "",
+        "| vectors | table + index MiB | bulk load: COPY, index build | one subject's erase | of which reclaim |"
+        " of which verify | DELETE | REINDEX (HNSW) | VACUUM FULL | ANALYZE | CHECKPOINT |"
+        " batch: subjects, time (x one subject) | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cases:
+        s = c["statements"]
+        lines.append(
+            f"| {c['size']:,} | {c['table_mib']:.0f} + {c['index_mib']:.0f} | {c['copy']:.1f} s, {c['index_build']:.1f} s |"
+            f" {c['erase']:.2f} s | {c['steps'].get('reclaim', 0):.2f} s | {c['steps'].get('verify', 0):.2f} s |"
+            + "".join(f" {s[name]:.2f} s |" for name in STATEMENTS)
+            + f" {c['batch_subjects']}: {c['batch']:.2f} s ({c['batch'] / c['erase']:.1f}x) | {c['peak_rss_mib']:.0f} MiB |")
+    lines += ["", f"The reclaim's steps, as its receipt lists them: {'; '.join(first['reclaim_steps'])}."]
+    if len(cases) >= 2:
+        a, b = cases[0], cases[-1]
+        grow = lambda key: f"{b[key] / a[key]:.1f}x" if a.get(key) else "n/a"  # noqa: E731
+        stmt = ", ".join(f"{name} {b['statements'][name] / a['statements'][name]:.1f}x" for name in STATEMENTS
+                         if a["statements"][name] > 0)
+        lines += ["", f"From {a['size']:,} to {b['size']:,} vectors ({b['size'] // a['size']}x the data): one"
+                  f" subject's erase {grow('erase')}, the index build of the bulk load {grow('index_build')}; each"
+                  f" statement on its own: {stmt}."]
+    if result.get("failed"):
+        lines += ["", f"Sizes that failed in this run (see its output): {', '.join(result['failed'])}."]
+    lines += ["", "What grows, and why: the DELETE touches only the subject's rows (through the primary key), but"
+              " `VACUUM FULL` writes the whole table again into a new file and builds every index of it from"
+              " scratch, HNSW graph included, and `REINDEX` builds the HNSW graph again on its own: both are the"
+              " bulk load's index build again, growing with the table as that build does. They are what makes"
+              " the erased vectors leave the files: a plain `VACUUM` marks the rows' space free and leaves their"
+              " bytes and the graph's copies of them where they are (the residue table above). `ANALYZE` samples"
+              " a fixed number of rows, so it grows little; the `CHECKPOINT` writes what the rewrite left in"
+              " shared buffers."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] in ("build", "case"):
+        step = build if sys.argv[1] == "build" else case
+        print(json.dumps(step(int(sys.argv[2]), Path(sys.argv[3]))))
+    else:
+        sys.exit("usage: python benchmarks/run.py pgvector_scale   (or: pgvector_scale.py build|case SIZE WORKDIR)")
