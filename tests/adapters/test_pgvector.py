@@ -172,6 +172,13 @@ def test_plain_delete_control_heap_and_hnsw_then_reclaim(ptomb, admin):
     assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
     steps = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["steps"]
     assert steps == ["DELETE", "VACUUM FULL (the table and every index written anew)", "ANALYZE"]
+    # no row holds an erased id any more, so no search could return it: its probe vectors were not searched
+    logical = [p for p in receipt["artifacts"][0]["evidence"]["probes"] if p["level"] == "logical"][0]["detail"]
+    assert logical["nearest_neighbours"].startswith("not searched") and logical["probe_vectors"] >= 1
+    # control: rows the table still holds are searched by the same probe, and found
+    before = adapter.probe_logical([ptomb.lineage.artifact("pg", i) for i in write(ptomb, admin, "carol", 2)])
+    assert all(not r.passed and any(p.startswith(("raw.", "nearest")) or "top" in p for p in r.evidence["returned_by"])
+               and "nearest_neighbours" not in r.evidence for r in before.values())
     for art in arts:
         assert found_in(admin, table_of(ptomb), art.artifact_id.encode()) == []
         assert found_in(admin, table_of(ptomb), fingerprint_bytes(art.fingerprint)) == []
