@@ -2,7 +2,7 @@
 
 ``2 * SUBJECTS`` subjects × ``DOCS`` rows in an embedded PostgreSQL with an HNSW index, ANALYZE once after
 loading, ``SUBJECTS`` erased: subjects whose ids (files or planner statistics) / vectors the physical probe
-finds after DELETE, after DELETE + VACUUM, and after Tombstone's reclaim (DELETE + REINDEX + VACUUM FULL +
+finds after DELETE, after DELETE + VACUUM, and after Tombstone's reclaim (DELETE + VACUUM FULL +
 ANALYZE). Then the median time per saga step over 20 single-subject erasures, from the journal's stamps.
 """
 
