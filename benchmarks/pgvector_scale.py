@@ -233,8 +233,8 @@ def section(result: dict) -> str:
               " raise it for builds), which the embedded server leaves at PostgreSQL's default.",
               "", "A batch shares the one `VACUUM FULL`, and its logical probe searches only the ids a row still"
               " holds (every search returns rows named by their id), so after a clean erasure it searches"
-              " nothing: before this, a batch of 10 subjects at 10,000 rows ran 8,000 searches, 16 s of a 20 s"
-              " batch."]
+              " nothing: before this, a batch of 10 subjects at 10,000 rows ran 8,000 searches (in a profile, 16.5 s of"
+              " a 20.5 s batch, on cores shared with another run)."]
     return "\n".join(lines)
 
 
