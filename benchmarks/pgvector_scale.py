@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scale import _steps  # the saga's steps from the journal's stamps, as the other scale cases read them
+
 HEADINGS = ("pgvector at scale: one subject's erasure and its reclaim's statements",)
 DIM = 384
 CHUNKS = 100
@@ -143,17 +145,6 @@ def case(size: int, tmp: Path) -> dict:
         stop_embedded(data_dir)
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["measured_at"] = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    return out
-
-
-def _steps(tomb, saga_id: str) -> dict[str, float]:
-    begins, out = {}, {}
-    for e in tomb.lineage.journal_entries(saga_id):
-        at = datetime.strptime(e["at"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
-        if e["phase"] == "begin":
-            begins[e["step"]] = at
-        elif e["step"] in begins:
-            out[e["step"]] = out.get(e["step"], 0.0) + at - begins[e["step"]]
     return out
 
 
