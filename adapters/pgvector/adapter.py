@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,7 +24,7 @@ from psycopg import sql
 
 from tombstone.faults import kill_point
 from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult
-from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, TombstoneError
+from tombstone.errors import ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
@@ -36,6 +37,22 @@ from .hooks import PgVectorHooks
 
 READ_FUNCTION = "pg_read_binary_file(text, bigint, bigint, boolean)"
 _CHUNK = 64 * 1024 * 1024
+
+
+_MEMORY = re.compile(r"[1-9][0-9]{0,9}(kB|MB|GB|TB)")
+
+
+def _work_mem(store: str, value: Any) -> str | None:
+    """The ``maintenance_work_mem`` store option, checked: a size as PostgreSQL writes one (``"2GB"``,
+    ``"512MB"``), or an integer of megabytes; None when it is not set."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**7:
+        return f"{value}MB"
+    if isinstance(value, str) and _MEMORY.fullmatch(value.strip()):
+        return value.strip()
+    raise ConfigError(f"store {store!r}: maintenance_work_mem must be a size such as \"2GB\" or \"512MB\" (or a"
+                      f" number of megabytes), not {value!r}")
 
 
 class PgVectorAdapter(PgVectorHooks, Adapter):
@@ -54,6 +71,8 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
         self.require("table")
+        self._work_mem = _work_mem(store, options.get("maintenance_work_mem"))
+        """The reclaim session's ``maintenance_work_mem`` (store option), or None for the server's own."""
         self._copy: Any = None
         """Read-only on an embedded data directory: the server on its private copy (``embedded.PrivateCopy``)."""
         self._held = bool(options.get("data_dir") and not options.get("dsn") and not self.read_only)
@@ -209,15 +228,16 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         # build the graph twice (the costliest statement here, growing with the table). REINDEX runs only
         # where VACUUM FULL is refused.
         vacuum_full = True
-        try:
-            self.conn.execute(sql.SQL("VACUUM FULL {}").format(self.table))
-            steps.append("VACUUM FULL (the table and every index written anew)")
-        except psycopg.Error as exc:
-            vacuum_full = False
-            self.conn.execute(sql.SQL("VACUUM {}").format(self.table))
-            for index in self._indexes():
-                self.conn.execute(sql.SQL("REINDEX INDEX {}").format(index))
-            steps += [f"VACUUM FULL denied ({exc.sqlstate}): VACUUM", "REINDEX INDEX (each index)"]
+        with self._maintenance_memory() as work_mem:
+            try:
+                self.conn.execute(sql.SQL("VACUUM FULL {}").format(self.table))
+                steps.append("VACUUM FULL (the table and every index written anew)")
+            except psycopg.Error as exc:
+                vacuum_full = False
+                self.conn.execute(sql.SQL("VACUUM {}").format(self.table))
+                for index in self._indexes():
+                    self.conn.execute(sql.SQL("REINDEX INDEX {}").format(index))
+                steps += [f"VACUUM FULL denied ({exc.sqlstate}): VACUUM", "REINDEX INDEX (each index)"]
         kill_point("reclaim:pgvector:after-vacuum")
         # Statistics are rebuilt from the survivors: the old ones sample erased values.
         self.conn.execute(sql.SQL("ANALYZE {}").format(self.table))
@@ -230,8 +250,23 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
                 steps.append("empty table: old planner statistics deleted (ANALYZE keeps them)")
             except psycopg.Error as exc:
                 steps.append(f"empty table: old planner statistics could not be deleted ({exc.sqlstate})")
-        return {"steps": steps, "deleted": deleted, "vacuum_full": vacuum_full,
+        return {"steps": steps, "deleted": deleted, "vacuum_full": vacuum_full, "maintenance_work_mem": work_mem,
                 "checkpoint": self._checkpoint(), "credit": "REINDEX + VACUUM idea: the vector-forget project"}
+
+    @contextlib.contextmanager
+    def _maintenance_memory(self) -> Iterator[str]:
+        """The memory the index builds of the rewrite may use: the store option ``maintenance_work_mem`` for this
+        session while they run (an HNSW graph larger than it is built far more slowly), else the server's.
+        Yields the value in force, as the server shows it."""
+        if self._work_mem is None:
+            yield self.conn.execute("SHOW maintenance_work_mem").fetchone()[0]
+            return
+        self.conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(self._work_mem)))
+        try:
+            yield self.conn.execute("SHOW maintenance_work_mem").fetchone()[0]
+        finally:
+            with contextlib.suppress(psycopg.Error):  # a connection lost meanwhile takes the setting with it
+                self.conn.execute("RESET maintenance_work_mem")
 
     def _checkpoint(self) -> str:
         try:

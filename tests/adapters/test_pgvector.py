@@ -15,6 +15,7 @@ from psycopg import sql
 
 from tombstone import Tombstone, init_deployment
 from tombstone.capture import HashingEmbedder
+from tombstone.errors import ConfigError
 from tombstone.lineage.db import fingerprint_bytes
 from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.pgvector.adapter import PgVectorAdapter
@@ -367,3 +368,28 @@ def test_a_session_dropped_between_the_reclaim_and_the_probes_is_opened_again(pt
     receipt, _ = ptomb.erase("alice")
     assert ended == [True]
     assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+
+
+def test_the_reclaim_runs_with_the_store_s_maintenance_work_mem_and_gives_the_session_back(tmp_path, dsn, admin):
+    """``maintenance_work_mem`` in the store's options is the reclaim session's while it rewrites the table (its
+    index builds run with it), the receipt says so, and the session has the server's own value again after;
+    without the option the evidence names the server's value. A value that is not a size is refused in one
+    line when the store is opened, before anything changes."""
+    table = f"chunks_{uuid.uuid4().hex[:10]}"
+    PgVectorStore(admin, table, dim=DIM)
+    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
+                                                          "maintenance_work_mem": "96MB"}})
+    server_value = admin.execute("SHOW maintenance_work_mem").fetchone()[0]
+    assert server_value != "96MB"  # control: the option changes something
+    with Tombstone(config, clock=FrozenClock()) as tomb:
+        mine = write(tomb, admin, "alice", 3)
+        write(tomb, admin, "bob", 5)
+        receipt, _ = tomb.erase("alice")
+        assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+        assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["maintenance_work_mem"] == "96MB"
+        assert tomb.adapter("pg").conn.execute("SHOW maintenance_work_mem").fetchone()[0] == server_value
+        assert {r["id"] for r in PgVectorStore(admin, table, create=False).get(ids=mine, raw=True)} == set()
+    bad = init_deployment(tmp_path / "bad", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
+                                                    "maintenance_work_mem": "lots"}})
+    with Tombstone(bad, clock=FrozenClock()) as tomb, pytest.raises(ConfigError, match="maintenance_work_mem"):
+        tomb.adapter("pg")
