@@ -83,13 +83,37 @@ def register(store_path: str | os.PathLike[str]) -> bool:
 
 @atexit.register
 def _unregister_all() -> None:
-    for mine in _registered.values():
+    """At exit, take this process's entries back, except where it still holds files of the store: a store's
+    client is closed only after the exit handlers have run, and an entry gone while its files are still open
+    would show the exiting process as a foreign holder to an erasure verifying meanwhile. An entry left so
+    names a process that is no longer running (its pid and start time), so it counts for nobody; the next
+    process to register beside the store removes it."""
+    for key, mine in _registered.items():
+        if _holds_files(key[: -len(REGISTRY_SUFFIX)]):
+            continue
         try:
             mine.unlink(missing_ok=True)
             mine.parent.rmdir()  # the last one out leaves nothing beside the store
         except OSError:
             pass
     _registered.clear()
+
+
+def _holds_files(root: str) -> bool:
+    """Whether this process has a file under ``root`` open (True where that cannot be read: keep the entry)."""
+    inside = root.rstrip(os.sep) + os.sep
+    try:
+        fds = os.listdir(_PROC / "self" / "fd")
+    except OSError:
+        return True
+    for fd in fds:
+        try:
+            target = os.readlink(_PROC / "self" / "fd" / fd)
+        except OSError:
+            continue
+        if target == root or target.startswith(inside):
+            return True
+    return False
 
 
 @dataclass

@@ -23,6 +23,20 @@ if register:
     holders.register(sys.argv[3])
 print("ready", flush=True)
 sys.stdin.readline()
+fh.close()  # a client closed before the process exits
+"""
+
+EXITING = """
+import atexit, sys
+def last():  # registered first, so it runs after tombstone.holders' own exit handler, the file still open
+    print("exiting", flush=True)
+    sys.stdin.readline()
+atexit.register(last)
+from tombstone import holders
+fh = open(sys.argv[1], "rb")
+holders.register(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
 """
 
 
@@ -102,3 +116,27 @@ def test_without_proc_the_listing_says_it_did_not_look(store, monkeypatch, tmp_p
     seen = holders.holders(store)
     assert not seen.listed and seen.foreign == []
     assert "not listed" in seen.evidence()["other_holders"]
+
+
+def test_a_registered_process_exiting_with_the_store_still_open_stays_registered(store):
+    """A client's files close only after the exit handlers have run: a process that took its entry back first
+    would be seen, while it exits, as a foreign holder by an erasure verifying meanwhile. It keeps its entry
+    while it holds the files; the entry then names no running process, and the next registration removes it."""
+    proc = subprocess.Popen([sys.executable, "-c", EXITING, str(store / "seg" / "data.bin"), str(store)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "exiting"  # past tombstone.holders' exit handler, file open
+        seen = holders.holders(store)
+        assert seen.registered == [proc.pid] and seen.foreign == []
+    finally:
+        proc.communicate("\n", timeout=60)
+    left = list(holders.registry_for(store).iterdir())
+    assert [p.name.split("-")[0] for p in left] == [str(proc.pid)]  # its entry, naming a process gone
+    other = _holder(store / "seg" / "data.bin", store, register=True)
+    try:
+        assert [p.name.split("-")[0] for p in holders.registry_for(store).iterdir()] == [str(other.pid)]
+    finally:
+        _stop(other)

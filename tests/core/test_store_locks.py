@@ -259,8 +259,10 @@ def test_two_erasures_of_different_subjects_at_once_both_end_verified(backend, t
     first = erase(config, "user-0001", pause_at=PAUSE_IN_RECLAIM[backend], points=points)
     wait_for(paused(points, PAUSE_IN_RECLAIM[backend]), "the first erasure to pause inside its reclaim", first)
     second = erase(config, "user-0002")  # starts while the first holds the store mid-reclaim
-    finished(second)
-    finished(first)
+    try:
+        finished(second)
+    finally:
+        finished(first)  # waited for whatever the second did: no process or pipe outlives the test
     gone = erased_ids(config, "user-0001", backend) | erased_ids(config, "user-0002", backend)
     after = stored_ids(config, backend)
     assert not gone & after, "an erased record is back in the store"
