@@ -125,7 +125,8 @@ def case(size: int, tmp: Path) -> dict:
             out["erase"] = time.perf_counter() - t
             assert receipt["summary"].get("VERIFIED") == CHUNKS, receipt["summary"]
             out["steps"] = _steps(tomb, receipt["saga_id"])
-            out["reclaim_steps"] = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["steps"]
+            reclaim = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+            out["reclaim_steps"], out["reclaim_memory"] = reclaim["steps"], reclaim.get("maintenance_work_mem")
             with psycopg.connect(embedded_dsn(data_dir), autocommit=True) as conn:
                 out["table_mib"] = conn.execute(f"SELECT pg_table_size('{TABLE}')").fetchone()[0] / 1048576
                 out["index_mib"] = conn.execute(f"SELECT pg_relation_size('{INDEX}')").fetchone()[0] / 1048576
@@ -214,6 +215,14 @@ def section(result: dict) -> str:
             + "".join(f" {s[name]:.2f} s |" for name in STATEMENTS)
             + f" {c['batch_subjects']}: {c['batch']:.2f} s ({c['batch'] / c['erase']:.1f}x) | {c['peak_rss_mib']:.0f} MiB |")
     lines += ["", f"The reclaim's steps, as its receipt lists them: {'; '.join(first['reclaim_steps'])}."]
+    memory = {c.get("reclaim_memory") for c in cases}
+    if None in memory:
+        lines += ["", "The erasures here (one subject, the batch) ran before the reclaim's `maintenance_work_mem` on the"
+                  " embedded server became 1GB by default: with the server's 64MB. On the embedded server they now"
+                  " run as the *VACUUM FULL, 1GB* column does."]
+    else:
+        lines += ["", f"The erasures' reclaim ran with `maintenance_work_mem` {', '.join(sorted(memory))} (the"
+                  " embedded server's default for the reclaim)."]
     if len(cases) >= 2:
         a, b = cases[0], cases[-1]
         grow = lambda key: f"{b[key] / a[key]:.1f}x" if a.get(key) else "n/a"  # noqa: E731

@@ -42,11 +42,18 @@ _CHUNK = 64 * 1024 * 1024
 _MEMORY = re.compile(r"[1-9][0-9]{0,9}(kB|MB|GB|TB)")
 
 
-def _work_mem(store: str, value: Any) -> str | None:
+EMBEDDED_WORK_MEM = "1GB"
+"""The reclaim's ``maintenance_work_mem`` on the embedded server, unless the store option says otherwise:
+PostgreSQL's default (64MB) builds the HNSW graph of 100,000 dim-384 rows in about 290 s here, 1GB in about
+60 s (RESULTS.md, "pgvector at scale"). It is a ceiling: the build takes what the graph needs."""
+
+
+def _work_mem(store: str, value: Any, *, embedded: bool = False) -> str | None:
     """The ``maintenance_work_mem`` store option, checked: a size as PostgreSQL writes one (``"2GB"``,
-    ``"512MB"``), or an integer of megabytes; None when it is not set."""
+    ``"512MB"``), or an integer of megabytes. Unset: ``EMBEDDED_WORK_MEM`` on the embedded server (Tombstone's
+    own), None (the server's setting) on a server given by ``dsn``."""
     if value is None:
-        return None
+        return EMBEDDED_WORK_MEM if embedded else None
     if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**7:
         return f"{value}MB"
     if isinstance(value, str) and _MEMORY.fullmatch(value.strip()):
@@ -71,7 +78,8 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
         self.require("table")
-        self._work_mem = _work_mem(store, options.get("maintenance_work_mem"))
+        self._work_mem = _work_mem(store, options.get("maintenance_work_mem"),
+                                   embedded=bool(options.get("data_dir") and not options.get("dsn")))
         """The reclaim session's ``maintenance_work_mem`` (store option), or None for the server's own."""
         self._copy: Any = None
         """Read-only on an embedded data directory: the server on its private copy (``embedded.PrivateCopy``)."""

@@ -389,6 +389,11 @@ def test_the_reclaim_runs_with_the_store_s_maintenance_work_mem_and_gives_the_se
         assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["maintenance_work_mem"] == "96MB"
         assert tomb.adapter("pg").conn.execute("SHOW maintenance_work_mem").fetchone()[0] == server_value
         assert {r["id"] for r in PgVectorStore(admin, table, create=False).get(ids=mine, raw=True)} == set()
+    # unset: the server's own setting on a server given by dsn, 1GB on the embedded server (Tombstone's own)
+    from tombstone_adapters.pgvector.adapter import EMBEDDED_WORK_MEM, _work_mem
+
+    assert _work_mem("pg", None) is None and _work_mem("pg", None, embedded=True) == EMBEDDED_WORK_MEM == "1GB"
+    assert _work_mem("pg", "256MB", embedded=True) == "256MB" and _work_mem("pg", 512) == "512MB"
     bad = init_deployment(tmp_path / "bad", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
                                                     "maintenance_work_mem": "lots"}})
     with Tombstone(bad, clock=FrozenClock()) as tomb, pytest.raises(ConfigError, match="maintenance_work_mem"):
