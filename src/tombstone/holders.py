@@ -65,8 +65,7 @@ def register(store_path: str | os.PathLike[str]) -> bool:
         for attempt in range(3):  # another process's exit may remove the folder, empty, in between
             folder.mkdir(mode=0o700, exist_ok=True)
             try:
-                with open(mine, "ab"):
-                    pass
+                os.close(os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # readable by no one else
                 break
             except FileNotFoundError:
                 if attempt == 2:
