@@ -100,14 +100,19 @@ def _unregister_all() -> None:
 
 def _holds_files(root: str) -> bool:
     """Whether this process has a file under ``root`` open (True where that cannot be read: keep the entry)."""
-    inside = root.rstrip(os.sep) + os.sep
     try:
         fds = os.listdir(_PROC / "self" / "fd")
     except OSError:
         return True
+    return _opens_under(_PROC / "self" / "fd", fds, root)
+
+
+def _opens_under(fd_dir: Path, fds: list[str], root: str) -> bool:
+    """Whether any of the descriptors ``fds`` in ``fd_dir`` (``/proc/<pid>/fd``) names ``root`` or a file under it."""
+    inside = root.rstrip(os.sep) + os.sep
     for fd in fds:
         try:
-            target = os.readlink(_PROC / "self" / "fd" / fd)
+            target = os.readlink(fd_dir / fd)
         except OSError:
             continue
         if target == root or target.startswith(inside):
@@ -152,7 +157,6 @@ def holders(store_path: str | os.PathLike[str]) -> Holders:
     if not (_PROC / "self" / "fd").is_dir():
         return Holders(listed=False)
     root = os.path.realpath(store_path)
-    inside = root.rstrip(os.sep) + os.sep
     try:
         known = {p.name for p in registry_for(store_path).iterdir()}
     except OSError:
@@ -170,17 +174,11 @@ def holders(store_path: str | os.PathLike[str]) -> Holders:
             continue
         except OSError:  # gone meanwhile
             continue
-        for fd in fds:
-            try:
-                target = os.readlink(proc / "fd" / fd)
-            except OSError:
-                continue
-            if target == root or target.startswith(inside):
-                if _entry(pid) in known:
-                    out.registered.append(pid)
-                else:
-                    out.foreign.append((pid, _command(pid)))
-                break
+        if _opens_under(proc / "fd", fds, root):
+            if _entry(pid) in known:
+                out.registered.append(pid)
+            else:
+                out.foreign.append((pid, _command(pid)))
     return out
 
 
