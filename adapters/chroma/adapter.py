@@ -569,6 +569,14 @@ class ChromaAdapter(ChromaHooks, Adapter):
             raw_ids |= set(col.get(ids=part, include=[])["ids"])
             wrapped_ids |= set(view.get(ids=part, include=[])["ids"])
         peeked = set(view.peek(limit=TOP_K)["ids"])
+        # by the metadata key that names a record's id, for the batch in pages (one ``$in`` per page, not a get
+        # per artifact): which of the ids some record still carries under that key, raw and through the wrapper
+        id_key = self.options.get("id_key")
+        keyed: dict[str, set] = {"raw": set(), "wrapper": set()}
+        for start in range(0, len(ids) if id_key else 0, _PAGE):
+            where = {id_key: {"$in": ids[start : start + _PAGE]}}
+            for name, source in (("raw", col), ("wrapper", view)):
+                keyed[name] |= {m.get(id_key) for m in source.get(where=where, include=["metadatas"])["metadatas"] if m}
         queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
                                      probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
                    if dim else [] for art in artifacts}
@@ -593,10 +601,9 @@ class ChromaAdapter(ChromaHooks, Adapter):
                 "wrapper.get(ids)": aid in wrapped_ids,
                 "wrapper.peek": aid in peeked,
             }
-            id_key = self.options.get("id_key")
             if id_key:
-                paths[f"raw.get(where {id_key})"] = aid in col.get(where={id_key: aid}, include=[])["ids"]
-                paths[f"wrapper.get(where {id_key})"] = aid in view.get(where={id_key: aid}, include=[])["ids"]
+                paths[f"raw.get(where {id_key})"] = aid in keyed["raw"]
+                paths[f"wrapper.get(where {id_key})"] = aid in keyed["wrapper"]
             paths.update(nearest.get(aid, {}))
             returned = sorted(p for p, hit in paths.items() if hit)
             evidence = {"paths": sorted(paths), "returned_by": returned,

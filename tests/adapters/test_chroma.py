@@ -728,3 +728,33 @@ def test_a_stale_client_in_another_process_leaves_the_erasure_unverified_naming_
     receipt, _ = ctomb.erase("alice")
     assert {a["status"] for a in receipt["artifacts"] if a["artifact_id"] in mine} == {"VERIFIED"}, receipt
     assert not any(scan(store_dir(ctomb), p) for p in norm)
+
+
+def test_the_id_key_paths_ask_once_per_page_and_still_find_a_copy_under_another_id(ctomb):
+    """With ``id_key`` set, the logical probe asks for the batch's ids under that metadata key in pages (one
+    ``$in`` per page, raw and through the wrapper), not once per artifact. Control: a copy of a record written
+    under another Chroma id but carrying the erased id under the key is found by the raw path (the wrapper hides
+    nothing of it: it is not flagged), and only for that artifact."""
+    mine = write(ctomb, "alice", 4)
+    options = {**ctomb.config.stores["vectors"].options, "id_key": "chunk_id"}
+    col = chromadb.PersistentClient(path=str(store_dir(ctomb))).get_collection("docs")
+    copy = col.get(ids=[mine[1]], include=["embeddings", "documents"])
+    col.add(ids=["copy-of-a-chunk"], embeddings=[list(copy["embeddings"][0])], documents=copy["documents"],
+            metadatas=[{"chunk_id": mine[1]}])
+    arts = [ctomb.lineage.artifact("vectors", i) for i in mine]
+    adapter = ChromaAdapter("vectors", options)
+    calls = []
+    real_get = chromadb.api.models.Collection.Collection.get
+
+    def counted(self, *args, **kwargs):
+        if "chunk_id" in str(kwargs.get("where")):
+            calls.append(kwargs["where"])
+        return real_get(self, *args, **kwargs)
+
+    with mock.patch.object(chromadb.api.models.Collection.Collection, "get", counted):
+        results = adapter.probe_logical(arts, {})
+    assert len(calls) <= 2, calls  # one page: raw and wrapper, whatever the number of artifacts
+    assert {"raw.get(where chunk_id)", "wrapper.get(where chunk_id)"} <= set(results[mine[1]].evidence["returned_by"])
+    for aid in (mine[0], mine[2], mine[3]):
+        assert "raw.get(where chunk_id)" in results[aid].evidence["paths"]
+        assert not any("chunk_id" in p for p in results[aid].evidence["returned_by"]), results[aid].evidence

@@ -41,6 +41,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -85,14 +86,21 @@ class Neighbours:
 
 def unit(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    norms = np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True))  # what np.linalg.norm(x, axis=-1) computes
     return x / np.where(norms == 0, 1, norms)
+
+
+@lru_cache(maxsize=None)
+def _rank_weights(n: int) -> np.ndarray:
+    w = 1.0 / np.arange(1, min(n, TOP) + 1) ** 2
+    w = w / w.sum()
+    w.flags.writeable = False
+    return w
 
 
 def rank_weights(n: int) -> np.ndarray:
     """1/rank² for the first ``n`` ranks (at most ``TOP``), normalised."""
-    w = 1.0 / np.arange(1, min(n, TOP) + 1) ** 2
-    return w / w.sum()
+    return _rank_weights(min(n, TOP))
 
 
 def centroid(vectors: np.ndarray) -> np.ndarray:
@@ -106,7 +114,8 @@ def centroid(vectors: np.ndarray) -> np.ndarray:
 def drift(before: np.ndarray, after: np.ndarray) -> float:
     """Cosine distance between the rank-weighted centroids of a Top-5 before and after."""
     a, b = centroid(before), centroid(after)
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    # the norms as np.linalg.norm takes a vector's: the square root of its dot product with itself
+    na, nb = math.sqrt(float(a @ a)), math.sqrt(float(b @ b))
     if na == 0 or nb == 0:
         return 0.0 if na == nb else 1.0
     d = 1.0 - float(a @ b) / (na * nb)

@@ -147,13 +147,18 @@ def _noise_floor(call: Callable, adapter: Any, measured: dict[str, nb.Snapshot],
     baseline_ids = sorted({i for snap in measured.values() for c in snap.meta["controls"] for i in c["own_baseline"]})
     vectors = dict(call(lambda: adapter.stored_vectors(baseline_ids)))
     out = {}
+    # a control serves many artifacts of a batch: its drift (its own Top-5 then and now) is measured once
+    drifts: dict[tuple[str, tuple[str, ...]], float] = {}
     for aid, snap in measured.items():
         moved = []
         for c in snap.meta["controls"]:
             res = results.get(c["id"])
             if res is None or not all(i in vectors for i in c["own_baseline"]):
                 continue
-            moved.append(nb.drift(np.stack([vectors[i] for i in c["own_baseline"]]), res.vectors[: nb.TOP]))
+            key = (c["id"], tuple(c["own_baseline"]))
+            if key not in drifts:
+                drifts[key] = nb.drift(np.stack([vectors[i] for i in c["own_baseline"]]), res.vectors[: nb.TOP])
+            moved.append(drifts[key])
         if moved:
             out[aid] = {"median": round(float(np.median(moved)), 6), "max": round(float(np.max(moved)), 6),
                         "neighbourhoods": len(moved)}
