@@ -7,12 +7,20 @@ __all__ = ["ExactCacheAdapter", "SemanticCacheAdapter", "TombstoneSQLiteCache", 
 
 
 def __getattr__(name: str):
-    if name in ("ExactCacheAdapter", "TombstoneSQLiteCache"):
+    if name == "ExactCacheAdapter":
         from . import exact
 
-        return getattr(exact, name)
-    if name in ("SemanticCacheAdapter", "TombstoneSemanticCache"):
+        return exact.ExactCacheAdapter
+    if name == "TombstoneSQLiteCache":
+        from . import exact_cache
+
+        return exact_cache.TombstoneSQLiteCache
+    if name == "SemanticCacheAdapter":
         from . import semantic
 
-        return getattr(semantic, name)
+        return semantic.SemanticCacheAdapter
+    if name == "TombstoneSemanticCache":
+        from . import semantic_cache
+
+        return semantic_cache.TombstoneSemanticCache
     raise AttributeError(name)

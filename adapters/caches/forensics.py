@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.errors import ConfigError
-from tombstone.scan import ScanReport
+from tombstone.scanreport import ScanReport
 
 ENTRY_PREFIX = "llmcache-"
 

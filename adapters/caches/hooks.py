@@ -20,7 +20,7 @@ class ExactCacheHooks(SQLiteFileCanaries):
     @classmethod
     def demo_fill(cls, kit, store: str, options: Mapping[str, Any], subjects: Sequence[str]) -> None:
         from .attribution import attribution
-        from .exact import TombstoneSQLiteCache
+        from .exact_cache import TombstoneSQLiteCache
 
         cache = TombstoneSQLiteCache(options["path"], lineage=kit.lineage, store=store)
         try:
@@ -55,7 +55,7 @@ class SemanticCacheHooks:
         from tombstone_adapters.chroma.wrapper import persistent_client
 
         from .attribution import attribution
-        from .semantic import TombstoneSemanticCache
+        from .semantic_cache import TombstoneSemanticCache
 
         collection = persistent_client(options["path"]).get_or_create_collection(
             options.get("collection", "answers"), metadata=DEMO_METADATA, embedding_function=None)

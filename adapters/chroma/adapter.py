@@ -31,10 +31,9 @@ from tombstone.verify.neighbourhood import Neighbours
 from tombstone.verify.scanner import check_regular
 
 from . import inplace
-from .wrapper import BACKEND, SUPPRESSED, TombstoneCollection, bump_epoch, fresh_client
+from .wrapper import BACKEND, REWRITE_SUFFIX, SUPPRESSED, TombstoneCollection, bump_epoch, fresh_client
 from .hooks import ChromaHooks
 
-REWRITE_SUFFIX = "-tombstone-rewrite"
 _UUID_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _SEARCH_ALL_UP_TO = 400
 """Probe vectors searched without first reading which ids the collection can name (one subject's: the id

@@ -22,7 +22,7 @@ from typing import Any
 
 from tombstone.errors import ConfigError
 from tombstone.fsutil import Snapshot
-from tombstone.scan import ScanPlace, ScanReport
+from tombstone.scanreport import ScanPlace, ScanReport
 
 SQLITE_NAME = "chroma.sqlite3"
 DELETE_OPERATION = 3  # chromadb.db.mixins.embeddings_queue._operation_codes[Operation.DELETE]

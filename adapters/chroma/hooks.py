@@ -79,7 +79,7 @@ class ChromaHooks:
 
         from tombstone.storelock import StoreLock, lock_file_for
 
-        from .adapter import REWRITE_SUFFIX
+        from .wrapper import REWRITE_SUFFIX
 
         name = cls.canary_options(options)["collection"]
         if not (Path(options["path"]) / "chroma.sqlite3").is_file():

@@ -35,6 +35,8 @@ from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 from ._errors import mapped
 
 BACKEND = "chroma"
+REWRITE_SUFFIX = "-tombstone-rewrite"
+"""A collection being rewritten by a reclaim or compact carries the store's name with this suffix."""
 SUPPRESSED = "tombstone_suppressed"
 """Metadata flag set on suppressed records."""
 VISIBLE: dict[str, Any] = {SUPPRESSED: {"$ne": True}}

@@ -23,13 +23,13 @@ from .files import (
     DatasetFileError,
     DecodeLimits,
     PinMismatchError,
-    decode_columns,
-    format_of,
     iter_files,
     read_file,
 )
 from .hooks import DatasetHooks
-from .store import BACKEND, ERASURE, DatasetFiles, DatasetLoader, DatasetStore
+from .loader import DatasetLoader
+from .shards import decode_columns, format_of
+from .store import BACKEND, ERASURE, DatasetFiles, DatasetStore
 
 MAX_VERSIONS_LISTED = 20
 """The evidence lists this many manifest versions by name (the newest), and counts the rest."""

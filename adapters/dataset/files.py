@@ -355,15 +355,5 @@ def iter_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
-from .shards import (
-    Row,
-    decode_columns,
-    decode_rows,
-    drop_rows,
-    encode_rows,
-    format_of,
-)
-
-__all__ = ["CURRENT", "DatasetBoundError", "DatasetFileError", "DecodeLimits", "Manifest", "PinMismatchError", "Row",
-           "ShardEntry", "dataset_folder", "decode_columns", "decode_rows", "drop_rows", "encode_rows", "format_of",
-           "iter_files", "read_file", "write_atomic"]
+__all__ = ["CURRENT", "DatasetBoundError", "DatasetFileError", "DecodeLimits", "Manifest", "PinMismatchError",
+           "ShardEntry", "dataset_folder", "iter_files", "read_file", "write_atomic"]

@@ -1,4 +1,4 @@
-"""Reading one pinned version of a dataset: :class:`DatasetLoader` (and ``torch_dataset``), which yield
+"""Reading one pinned version of a dataset: :class:`DatasetLoader` (and ``torchdata.torch_dataset`` over it), which yield
 the examples no manifest hides and refuse any shard whose bytes no longer hash to the pin."""
 
 from __future__ import annotations
@@ -6,10 +6,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
-from .files import DecodeLimits, Manifest, PinMismatchError, ShardEntry, decode_rows, manifest_name, sha256
-from .store import DatasetFiles, Example, Pointer
+from .files import (
+    DecodeLimits,
+    Manifest,
+    PinMismatchError,
+    ShardEntry,
+    manifest_name,
+    sha256,
+)
+from .shards import decode_rows
+from .versions import DatasetFiles, Example, Pointer
 
 
 class DatasetLoader:
@@ -71,14 +78,4 @@ class DatasetLoader:
         return self.iter_shards(manifest.shards, self.hidden(manifest))
 
 
-def torch_dataset(path: str | os.PathLike[str], *, version: int | None = None, pin: str | None = None,
-                  transform: Any = None) -> Any:
-    """A ``torch.utils.data.IterableDataset`` over :class:`DatasetLoader`: each DataLoader worker reads its
-    own share of the shards; ``transform(example)`` (default: ``{"id": ..., "text": ...}``) makes each item.
-    Needs PyTorch."""
-    from .torchdata import ExampleDataset
-
-    return ExampleDataset(DatasetLoader(path, version=version, pin=pin), transform)
-
-
-__all__ = ["DatasetLoader", "torch_dataset"]
+__all__ = ["DatasetLoader"]

@@ -15,16 +15,14 @@ from its first shard until its commit, the erasure steps for their whole run.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tombstone.errors import StoreUnavailableError
 from tombstone.capture.writes import check_write
+from tombstone.errors import StoreUnavailableError
 from tombstone.faults import kill_point
 from tombstone.lineage.db import ArtifactRecord, LineageDB
 
@@ -36,28 +34,23 @@ from .files import (
     SHARDS,
     SUFFIXES,
     DatasetBoundError,
-    DatasetFileError,
     DecodeLimits,
     Manifest,
     PinMismatchError,
-    Row,
     ShardEntry,
-    dataset_folder,
-    decode_columns,
-    drop_rows,
     dump_json,
-    encode_rows,
-    format_of,
     is_temp,
     load_json,
     make_folder,
     manifest_name,
     manifest_versions,
     pin_file,
-    read_file,
     sha256,
     write_atomic,
 )
+from .loader import DatasetLoader
+from .shards import Row, decode_columns, drop_rows, encode_rows, format_of
+from .versions import BACKEND, DatasetFiles, Example, Pointer, content_hash
 
 try:
     from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -82,7 +75,6 @@ except ImportError:  # pragma: no cover - a Tombstone release without per-store 
         def __exit__(self, *exc: object) -> None:
             return None
 
-BACKEND = "dataset"
 KIND = "training_example"
 """The lineage kind of a training example."""
 EXPORT_RELATION = "exported_as_example"
@@ -96,30 +88,6 @@ ERASURE = "ERASURE"
 pointer is re-pinned: a resumed reclaim re-hashes exactly those shards, and no shard changed by anything else."""
 
 
-def content_hash(text: str) -> str:
-    """SHA-256 hex of an example's text (the lineage db keeps it keyed, never the text)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class Example:
-    """One training example, as a loader yields it."""
-
-    id: str
-    text: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Pointer:
-    """A pin: the manifest version a reader uses and the SHA-256 its manifest file had when pinned."""
-
-    name: str
-    """``CURRENT`` or ``training run <id>``."""
-    version: int
-    sha256: str | None
-
-
 def _sources(value: Any) -> list[tuple[str, str]]:
     """One example's sources: a (store, artifact id) pair or a list of them."""
     if value is None:
@@ -130,116 +98,6 @@ def _sources(value: Any) -> list[tuple[str, str]]:
     if not all(len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
         raise ValueError("each source is a (store, artifact id) pair")
     return pairs  # type: ignore[return-value]
-
-
-class DatasetFiles:
-    """A dataset directory, read-only: the current pointer, the manifest versions, the pins and the shard
-    files (what loaders and the probes read; :class:`DatasetStore` adds the writes). Every file is read
-    within ``limits`` (:class:`~.files.DecodeLimits`), from the dataset directory or one of its folders,
-    never through a link."""
-
-    def __init__(self, path: str | os.PathLike[str], *, store: str = BACKEND, limits: DecodeLimits | None = None) -> None:
-        self.root = Path(path)
-        self.store = store
-        self.limits = limits or DecodeLimits()
-
-    def _file(self, path: Path) -> bytes:
-        """A file of the dataset, read within the bound (``read_file``)."""
-        return read_file(path, self.limits.max_decoded_bytes)
-
-    def _folder(self, name: str) -> Path:
-        """One of the dataset's folders, refused when it is a link or not a folder."""
-        return dataset_folder(self.root, name)
-
-    # -- reading the versions --------------------------------------------------------------------
-
-    def current(self) -> Pointer:
-        """The current pointer: the version new readers get."""
-        body = load_json(self._read(CURRENT), f"{self.root / CURRENT}", ("version", "sha256"))
-        return Pointer(CURRENT, int(body["version"]), str(body["sha256"]))
-
-    def current_version(self) -> int:
-        return self.current().version
-
-    def versions(self) -> list[int]:
-        """Every manifest version on disk."""
-        return list(manifest_versions(self.root))
-
-    def manifest_bytes(self, version: int) -> bytes:
-        self._folder(MANIFESTS)
-        path = self.root / manifest_name(version)
-        try:
-            return self._file(path)
-        except FileNotFoundError:
-            raise DatasetFileError(f"dataset {self.root} has no manifest version {version} ({path} is missing)",
-                                   store=self.store) from None
-
-    def manifest(self, version: int | None = None) -> Manifest:
-        """A manifest version (default: the current one), as its file holds it."""
-        version = self.current().version if version is None else version
-        return Manifest.from_bytes(self.manifest_bytes(version), str(self.root / manifest_name(version)))
-
-    def pins(self) -> list[Pointer]:
-        """The current pointer and every training run's pin."""
-        out = [self.current()]
-        folder = self._folder(PINS)
-        if folder.is_dir():
-            for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-                if entry.name.endswith(".json") and not is_temp(entry.name):
-                    body = load_json(self._file(Path(entry.path)), entry.path, ("run_id", "version", "manifest_sha256"))
-                    out.append(Pointer(f"training run {body['run_id']}", int(body["version"]),
-                                       str(body["manifest_sha256"])))
-        return out
-
-    def pin(self, run_id: str) -> Pointer:
-        self._folder(PINS)
-        path = pin_file(self.root, run_id)
-        try:
-            data = self._file(path)
-        except FileNotFoundError:
-            raise DatasetFileError(f"no training run {run_id!r} is pinned in {self.root}", store=self.store) from None
-        body = load_json(data, str(path), ("run_id", "version", "manifest_sha256"))
-        return Pointer(f"training run {body['run_id']}", int(body["version"]), str(body["manifest_sha256"]))
-
-    def loader(self, *, version: int | None = None, pin: str | None = None) -> "DatasetLoader":
-        """A loader of one version: the current one, ``version``, or the one training run ``pin`` recorded."""
-        return DatasetLoader(self.root, version=version, pin=pin, limits=self.limits)
-
-    def _read(self, rel: str) -> bytes:
-        if "/" in rel:
-            self._folder(rel.split("/", 1)[0])
-        path = self.root / rel
-        try:
-            return self._file(path)
-        except FileNotFoundError:
-            raise DatasetFileError(f"dataset file {path} is missing", store=self.store) from None
-
-    def shard_files(self) -> list[Path]:
-        """Every file in ``shards/`` (shards of any version, shards no manifest lists, temporary files)."""
-        folder = self._folder(SHARDS)
-        if not folder.is_dir():
-            return []
-        return sorted(Path(e.path) for e in os.scandir(folder) if not e.is_dir(follow_symlinks=False))
-
-    # -- what the probes read ----------------------------------------------------------------------
-
-    def references(self) -> dict[str, list[str]]:
-        """For each shard path any manifest on disk lists: which versions list it, and which pins point at
-        those versions (``v3 (pinned by training run ft-7)``)."""
-        pinned: dict[int, list[str]] = {}
-        with contextlib.suppress(DatasetFileError):
-            for pointer in self.pins():
-                pinned.setdefault(pointer.version, []).append(pointer.name)
-        out: dict[str, list[str]] = {}
-        for version, path in manifest_versions(self.root).items():
-            try:
-                manifest = Manifest.from_bytes(self._file(path), str(path))
-            except DatasetFileError:
-                continue
-            label = f"v{version}" + (f" (pinned by {', '.join(pinned[version])})" if version in pinned else "")
-            for entry in manifest.shards:
-                out.setdefault(entry.path, []).append(label)
-        return out
 
 
 class DatasetStore(DatasetFiles):
@@ -280,6 +138,10 @@ class DatasetStore(DatasetFiles):
                     self._commit(Manifest(version=1))
 
     # -- writing -----------------------------------------------------------------------------------
+
+    def loader(self, *, version: int | None = None, pin: str | None = None) -> "DatasetLoader":
+        """A loader of one version: the current one, ``version``, or the one training run ``pin`` recorded."""
+        return DatasetLoader(self.root, version=version, pin=pin, limits=self.limits)
 
     @contextlib.contextmanager
     def writer(self) -> Iterator["DatasetWriter"]:
@@ -611,7 +473,5 @@ class DatasetWriter:
             self.store.lock.release()
 
 
-from .loader import DatasetLoader, torch_dataset  # noqa: E402 - the loaders, in their own module
-
 __all__ = ["BACKEND", "DatasetFiles", "DatasetLoader", "DatasetStore", "DatasetWriter", "Example", "PinMismatchError", "Pointer",
-           "content_hash", "torch_dataset"]
+           "content_hash"]

@@ -1,16 +1,18 @@
-"""PyTorch's view of a dataset: an ``IterableDataset`` over a :class:`~tombstone_adapters.dataset.store.DatasetLoader`.
+"""PyTorch's view of a dataset: an ``IterableDataset`` over a :class:`~tombstone_adapters.dataset.loader.DatasetLoader`.
 
-Imported only by ``torch_dataset`` (PyTorch is not needed for anything else).
+Imported only when ``torch_dataset`` is asked for (PyTorch is not needed for anything else).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .store import DatasetLoader, Example
+from .loader import DatasetLoader
+from .versions import Example
 
 
 def _default(example: Example) -> dict[str, str]:
@@ -34,3 +36,11 @@ class ExampleDataset(IterableDataset):
             shards = shards[info.id :: info.num_workers]
         for example in self.loader.iter_shards(shards, self.loader.hidden(manifest)):
             yield self.transform(example)
+
+
+def torch_dataset(path: str | os.PathLike[str], *, version: int | None = None, pin: str | None = None,
+                  transform: Any = None) -> Any:
+    """A ``torch.utils.data.IterableDataset`` over :class:`DatasetLoader`: each DataLoader worker reads its
+    own share of the shards; ``transform(example)`` (default: ``{"id": ..., "text": ...}``) makes each item.
+    Needs PyTorch."""
+    return ExampleDataset(DatasetLoader(path, version=version, pin=pin), transform)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.fsutil import Snapshot
-from tombstone.scan import ScanPlace, ScanReport
+from tombstone.scanreport import ScanPlace, ScanReport
 
 Validate = Callable[[list[Any]], "str | None"]
 """Given a carved record's column values, the record's id, or None when it is not a record of the store."""

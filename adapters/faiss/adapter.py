@@ -12,30 +12,15 @@ from typing import Any
 import numpy as np
 
 from tombstone.contract import Adapter, Capability, ProbeResult
-from tombstone.errors import ConfigError, PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
+from tombstone.errors import PhysicalUnsupportedError, ReclaimUnavailableError, StoreUnavailableError
 from tombstone.fsutil import Snapshot
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_count, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
-from .store import BACKEND, FaissStore
+from .store import BACKEND, FaissStore, metadata_limit
 from .hooks import FaissHooks
-
-
-def metadata_limit(store: str, options: Mapping[str, Any]) -> int | None:
-    """The ``max_metadata_bytes`` option (a positive integer, or a string of one), or None for the default."""
-    value = options.get("max_metadata_bytes")
-    if value is None:
-        return None
-    try:
-        limit = int(value)
-    except (TypeError, ValueError):
-        limit = 0
-    if limit <= 0:
-        raise ConfigError(f"store {store!r}: max_metadata_bytes = {value!r} is not a positive number of bytes",
-                          store=store)
-    return limit
 
 
 class FaissAdapter(FaissHooks, Adapter):

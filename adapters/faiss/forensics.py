@@ -30,11 +30,10 @@ import numpy as np
 
 from tombstone.errors import ConfigError, StoreUnavailableError
 from tombstone.fsutil import METADATA_LIMIT, open_regular, read_fd
-from tombstone.scan import ScanPlace, ScanReport
+from tombstone.scanreport import ScanPlace, ScanReport
 
-from .adapter import metadata_limit
 from .store import (HEAD_IDS, HEADS, RECORDS, _HEAD_COLUMNS, _ID_AT, _ID_LEN, _LABEL, _LINE_LEN, _read_index,
-                    current_generation, id_label_pairs, read_generation)
+                    current_generation, id_label_pairs, metadata_limit, read_generation)
 
 
 def _nonzero(chunk: bytes) -> int:

@@ -76,7 +76,7 @@ from tombstone.faults import kill_point
 from tombstone.capture.hidden import HiddenIds, suppressed_among
 from tombstone.capture import deferred, pending
 from tombstone.capture.vector import Embedder, embed, vectors_for_write
-from tombstone.errors import StoreUnavailableError
+from tombstone.errors import ConfigError, StoreUnavailableError
 from tombstone.fsutil import METADATA_LIMIT, make_private_dirs, open_regular, overwrite_ranges, read_fd, read_regular
 from tombstone.fsutil import write_atomic as _write_atomic
 from tombstone.lineage.db import LineageDB
@@ -1411,3 +1411,18 @@ class FaissStore:
         self.side["zeroed"] = []  # a rebuild keeps live records only
         self.commit()
         return {"vectors_before": before, "vectors_after": fresh.ntotal, "survivors": len(survivors)}
+
+
+def metadata_limit(store: str, options: Mapping[str, Any]) -> int | None:
+    """The ``max_metadata_bytes`` option (a positive integer, or a string of one), or None for the default."""
+    value = options.get("max_metadata_bytes")
+    if value is None:
+        return None
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        limit = 0
+    if limit <= 0:
+        raise ConfigError(f"store {store!r}: max_metadata_bytes = {value!r} is not a positive number of bytes",
+                          store=store)
+    return limit

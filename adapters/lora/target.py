@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .store import LoraStore
+from typing import Any
 
 
 class LoraTarget:
     """The model as the model probe sees it (``tombstone.verify.model.ModelTarget``): the registry and the
     weights as they stand when it is made."""
 
-    def __init__(self, store: LoraStore) -> None:
+    def __init__(self, store: Any) -> None:
+        """``store``: the :class:`~tombstone_adapters.lora.store.LoraStore` (which imports this module)."""
         self._store = store
         self.registry = store.registry()
         self.sharded = bool(self.registry["sharded"])

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from tombstone.scan import ScanPlace, ScanReport
+from tombstone.scanreport import ScanPlace, ScanReport
 
 
 def scan_pgvector(cls: Any, store: str, options: Mapping[str, Any]) -> ScanReport:

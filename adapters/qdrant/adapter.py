@@ -27,13 +27,11 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_count, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
-from .wrapper import BACKEND, ID_KEY, SUPPRESSED, TombstoneQdrant, point_id
+from .wrapper import BACKEND, ID_KEY, MARKER, REWRITE_SUFFIX, SUPPRESSED, TombstoneQdrant, point_id
 from .hooks import QdrantHooks
 from .points import latest_points, read_only_client
 from .local import _clients, close_local_clients, held, local_client  # noqa: F401  (re-exported)
 
-REWRITE_SUFFIX = "-tombstone-rewrite"
-MARKER = ".tombstone-rewrite.json"
 _PAGE = 256
 _LISTING_PAGE = 50_000
 

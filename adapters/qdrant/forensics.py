@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tombstone.errors import ConfigError
-from tombstone.scan import ScanReport
+from tombstone.scanreport import ScanReport
 
 from .wrapper import ID_KEY
 

@@ -19,7 +19,7 @@ class QdrantHooks:
     def demo_fill(cls, kit, store: str, options: Mapping[str, Any], subjects: Sequence[str]) -> None:
         from qdrant_client import models
 
-        from .adapter import local_client
+        from .local import local_client
         from .wrapper import TombstoneQdrant
 
         client = local_client(options["path"])
@@ -40,8 +40,8 @@ class QdrantHooks:
     def discard_canary_place(cls, options: Mapping[str, Any]) -> None:
         """Drop the canaries' collection (and a rewrite copy of it, and its rewrite marker, a killed reclaim
         left), holding the directory's lock; the configured collection is not touched."""
-        from .adapter import MARKER, REWRITE_SUFFIX
         from .local import held
+        from .wrapper import MARKER, REWRITE_SUFFIX
 
         name = cls.canary_options(options)["collection"]
         path = Path(options["path"])

@@ -28,6 +28,10 @@ from tombstone.storelock import STORE_LOCK_WAIT
 from .local import adopt, current, held
 
 BACKEND = "qdrant"
+REWRITE_SUFFIX = "-tombstone-rewrite"
+"""A collection being rewritten by a reclaim or compact carries the store's name with this suffix."""
+MARKER = ".tombstone-rewrite.json"
+"""The file, in the store's folder, that names a rewrite under way (for resume)."""
 SUPPRESSED = "tombstone_suppressed"
 ID_KEY = "tombstone_id"
 DOCUMENT_KEY = "document"

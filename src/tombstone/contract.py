@@ -42,8 +42,8 @@ from tombstone.verify.physical import ExtraFinding
 from tombstone.verify.result import NotRun, ProbeResult
 
 if TYPE_CHECKING:
-    from tombstone.demo import DemoKit
-    from tombstone.scan import ScanReport
+    from tombstone.kit import Kit
+    from tombstone.scanreport import ScanReport
 
 ENTRY_POINT_GROUP = "tombstone.adapters"
 DISTRIBUTION = "tombstone-rag"
@@ -343,13 +343,13 @@ class Adapter(abc.ABC):
     # -- hooks for the demo, the CI gate and the crash harness --------------------------------
 
     @classmethod
-    def demo_store(cls, kit: "DemoKit") -> dict[str, Any]:
+    def demo_store(cls, kit: "Kit") -> dict[str, Any]:
         """Options (with ``backend``) for a store of this backend under ``stores/<backend>/`` of a demo or
         canary deployment; paths relative to the deployment root. May start a service (``kit.services``)."""
         raise ConfigError(f"the {cls.backend} adapter has no demo store")
 
     @classmethod
-    def demo_fill(cls, kit: "DemoKit", store: str, options: Mapping[str, Any], subjects: Sequence[str]) -> None:
+    def demo_fill(cls, kit: "Kit", store: str, options: Mapping[str, Any], subjects: Sequence[str]) -> None:
         """Write the subjects' demo data (``kit`` has their texts) through this backend's wrapper."""
         raise ConfigError(f"the {cls.backend} adapter cannot build demo data")
 
@@ -370,7 +370,7 @@ class Adapter(abc.ABC):
     @classmethod
     def scan_deleted(cls, store: str, options: Mapping[str, Any]) -> "ScanReport":
         """``tombstone scan``: what the store itself marks deleted or unreachable but still holds, per place
-        (``tombstone.scan.ScanReport``), with the ids it can recover and never content. Read-only: not a
+        (``tombstone.scanreport.ScanReport``), with the ids it can recover and never content. Read-only: not a
         byte of the store may change (read a ``tombstone.fsutil.Snapshot`` copy of what the client writes
         to on opening). Adapters implement it in their package's ``forensics`` module."""
         raise NotImplementedError(f"the {cls.backend} adapter cannot scan for deleted data yet")

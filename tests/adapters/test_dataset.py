@@ -23,6 +23,7 @@ from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.dataset import DatasetLoader, DatasetStore, PinMismatchError
 from tombstone_adapters.dataset import adapter as adapter_module
 from tombstone_adapters.dataset import store as store_module
+from tombstone_adapters.dataset import versions as versions_module
 from tombstone_adapters.docstore import DocStore
 
 FORMATS = ["jsonl", "jsonl.gz", "parquet"]
@@ -120,7 +121,7 @@ class TestDatasetConformance(AdapterConformance):
         def vendor_failure():
             # the store's "client" is the file system: every read fails, and so does listing the files
             failing = mock.Mock(side_effect=OSError(errno.EIO, "injected: Input/output error"))
-            with mock.patch.object(store_module, "read_file", failing), \
+            with mock.patch.object(versions_module, "read_file", failing), \
                     mock.patch.object(adapter_module, "read_file", failing), \
                     mock.patch.object(adapter_module, "iter_files", failing):
                 yield
@@ -256,7 +257,7 @@ def test_loader_refuses_a_shard_that_does_not_match_its_pin(dtomb, fmt):
     raw = shard.read_bytes()
     # the same rows, re-encoded with one changed: a valid shard, but not the pinned bytes
     rows = decoded_rows(root)[shard.name]
-    from tombstone_adapters.dataset.files import Row, encode_rows
+    from tombstone_adapters.dataset.shards import Row, encode_rows
 
     shard.write_bytes(encode_rows([Row(i, t + " (edited)", m) for i, t, m in rows], fmt))
     with pytest.raises(PinMismatchError, match=f"shard shards/{shard.name} no longer matches manifest"):

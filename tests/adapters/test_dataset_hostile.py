@@ -24,9 +24,9 @@ from tombstone_adapters.dataset.files import (
     DatasetFileError,
     DecodeLimits,
     ShardEntry,
-    decode_columns,
     sha256,
 )
+from tombstone_adapters.dataset.shards import decode_columns
 from tombstone_adapters.docstore import DocStore
 
 from tombstone import Tombstone, init_deployment
