@@ -219,3 +219,29 @@ def test_the_demo_erases_a_subject_verified_and_an_independent_scan_agrees(tmp_p
     assert vec_entries and {(a["status"], a["level"]) for a in vec_entries} == {("VERIFIED", "physical")}
     for aid, needle in zip(chunk_ids, needles):
         assert not independent_scan(folder, needle) and not independent_scan(folder, aid.encode())
+
+
+def test_a_missing_extension_and_a_missing_file_are_one_line_at_the_command_line(tmp_path, monkeypatch):
+    """Without sqlite-vec installed the store says which extra to install; ``tombstone scan`` of a file that
+    is not there is one line and exit 2, with no traceback and no file created."""
+    import builtins
+
+    from click.testing import CliRunner
+
+    from tombstone.cli import main
+
+    result = CliRunner().invoke(main, ["scan", "--backend", "sqlitevec", "--option", f"path={tmp_path / 'none.db'}"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "none.db").exists()
+    real_import = builtins.__import__
+
+    def no_sqlite_vec(name, *args, **kwargs):
+        if name == "sqlite_vec":
+            raise ImportError("No module named 'sqlite_vec'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_sqlite_vec)
+    with pytest.raises(StoreUnavailableError, match=r"pip install 'tombstone-rag\[sqlitevec\]'"):
+        VecStore(tmp_path / "v.db", dim=4)
+    assert not (tmp_path / "v.db").exists()
