@@ -32,7 +32,7 @@ import scan_rate
 import semantic
 import semantic_batch
 import semantic_templated
-import sqlitevec_store
+import new_engines
 import startup
 import vector_stores
 import workers
@@ -41,7 +41,7 @@ from common import header
 
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
-    docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, pgvector_scale, sqlitevec_store, crash_trials, batches,
+    docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, pgvector_scale, new_engines, crash_trials, batches,
     batch_scale, workers, caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, forensic_scan, semantic, semantic_templated,
     semantic_batch, model_unlearning, lora_copies, faults, startup,
 )}

@@ -18,7 +18,7 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import fit_dim, probe_set
 
 from .hooks import LanceDBHooks
-from .store import (BACKEND, HIDDEN_SUFFIX, TombstoneLanceTable, checked_name, hidden_ids, hide, quoted, table_names,
+from .store import (BACKEND, HIDDEN_SUFFIX, TombstoneLanceTable, check_release, checked_name, hidden_ids, hide, quoted, table_names,
                     table_path)
 
 _PAGE = 1000
@@ -44,6 +44,7 @@ class LanceDBAdapter(LanceDBHooks, Adapter):
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
         self.require("path", "table")
+        check_release(store)
         self.remove_tags = _flag(store, options, "remove_tags")
         self.uri = Path(options["path"])
         if not self.uri.is_dir():

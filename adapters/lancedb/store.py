@@ -31,10 +31,29 @@ from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 BACKEND = "lancedb"
+TESTED = {"lancedb": ("0.40.",), "pylance": ("14.",)}
+"""The releases whose files and commands this backend knows (the extra pins them): where a delete, a compaction
+and a cleanup leave a row is release-specific, so another release is refused."""
 HIDDEN_SUFFIX = "_tombstone_hidden"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,100}$")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _PAGE = 1000
+
+
+def check_release(store: str) -> None:
+    """Refuse, in one line, a lancedb or pylance release outside the tested range."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for package, prefixes in TESTED.items():
+        try:
+            found = version(package)
+        except PackageNotFoundError:
+            raise StoreUnavailableError(f"the {BACKEND} backend needs {package}: pip install 'tombstone-rag[lancedb]'",
+                                        store=store, retryable=False) from None
+        if not found.startswith(prefixes):
+            raise StoreUnavailableError(f"{package} {found} is outside the tested range ({', '.join(p + 'x' for p in prefixes)}):"
+                                        " where its delete, compaction and cleanup leave a row is not known to this"
+                                        " release", store=store, retryable=False)
 
 
 def checked_name(store: str, what: str, value: Any, pattern: re.Pattern = _NAME) -> str:
@@ -188,5 +207,5 @@ def table_path(uri: str | Path, table: str) -> Path:
     return Path(uri) / f"{table}.lance"
 
 
-__all__ = ["BACKEND", "HIDDEN_SUFFIX", "TombstoneLanceTable", "checked_name", "hidden_ids", "hide", "quoted",
+__all__ = ["BACKEND", "HIDDEN_SUFFIX", "TESTED", "TombstoneLanceTable", "check_release", "checked_name", "hidden_ids", "hide", "quoted",
            "table_names", "table_path"]

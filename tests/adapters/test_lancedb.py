@@ -163,6 +163,14 @@ def test_bad_input_is_one_clear_error(ltomb, tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+def test_a_release_outside_the_tested_range_is_refused_in_one_line(ltomb, monkeypatch):
+    from tombstone_adapters.lancedb import store as store_module
+
+    monkeypatch.setitem(store_module.TESTED, "pylance", ("99.",))
+    with pytest.raises(StoreUnavailableError, match=r"pylance 14\.\S+ is outside the tested range \(99\.x\)"):
+        LanceDBAdapter("vec", ltomb.config.stores["vec"].options)
+
+
 def test_the_demo_erases_a_subject_verified_and_an_independent_scan_agrees(tmp_path):
     from tombstone.config import load_config
     from tombstone.demo import build_demo, demo_chunks
