@@ -152,7 +152,13 @@ class TombstoneLanceTable:
             hidden = suppressed_among(self.lineage, self.store, ids)
             if hidden:  # written again while an erasure has it suppressed: stays hidden until the erasure ends
                 hide(self.db, self.name, sorted(hidden))
-            self.table.add(rows)
+            self._latest().add(rows)
+
+    def _latest(self) -> Any:
+        """The table at its latest version: a reclaim removes every older version's files, so a handle left on
+        one of them (the app's, opened before the erasure) would read files that are gone."""
+        self.table.checkout_latest()
+        return self.table
 
     # -- reads (suppressed ids left out by LanceDB's own where-clause) ------------------------
 
@@ -175,7 +181,7 @@ class TombstoneLanceTable:
             if self.embedder is None:
                 raise ValueError("searching by text needs an embedder")
             query = embed(self.embedder, [text])[0]
-        builder = self.table.search(np.asarray(query, dtype=np.float32), vector_column_name=self.vector_column).limit(k)
+        builder = self._latest().search(np.asarray(query, dtype=np.float32), vector_column_name=self.vector_column).limit(k)
         clause = self._where(where)
         if clause:
             builder = builder.where(clause, prefilter=True)
@@ -188,18 +194,20 @@ class TombstoneLanceTable:
             part = [str(i) for i in ids[start : start + _PAGE]]
             if part:
                 clause = self._where(f"{self.id_column} IN ({quoted(part)})")
-                out += self.table.search().where(clause).limit(len(part) * 2 + 10).to_list()
+                out += self._latest().search().where(clause).limit(len(part) * 2 + 10).to_list()
         return out
 
     def count(self) -> int:
         clause = self._where(None)
-        return self.table.count_rows(clause) if clause else self.table.count_rows()
+        table = self._latest()
+        return table.count_rows(clause) if clause else table.count_rows()
 
     def delete(self, ids: Sequence[str]) -> None:
         """LanceDB's own delete (what an app calls): a deletion file; the rows stay in their data files."""
         with self.lock:
+            table = self._latest()
             for start in range(0, len(ids), _PAGE):
-                self.table.delete(f"{self.id_column} IN ({quoted(ids[start : start + _PAGE])})")
+                table.delete(f"{self.id_column} IN ({quoted(ids[start : start + _PAGE])})")
 
 
 def table_path(uri: str | Path, table: str) -> Path:

@@ -10,7 +10,7 @@ Scores are turned into relevance in [0, 1], higher is closer, whatever the store
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,6 +239,69 @@ class PineconeBinding(Binding):
                 for m in matches]
 
 
+def _matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    return not filter or all(metadata.get(key) == value for key, value in filter.items())
+
+
+def _filtered(fetch: Callable[[int], list], k: int, keep: Callable[[Any], bool], start: int) -> list:
+    """The first ``k`` rows ``keep`` accepts, asking ``fetch(n)`` for the nearest ``n`` rows with ``n`` growing
+    fourfold until ``k`` are kept or the store has no more (a store that filters nothing itself)."""
+    n = max(start, k)
+    while True:
+        rows = fetch(n)
+        kept = [r for r in rows if keep(r)]
+        if len(kept) >= k or len(rows) < n:
+            return kept[:k]
+        n *= 4
+
+
+class SqliteVecBinding(Binding):
+    """sqlite-vec's ``VecStore``: metadata as the row's JSON, a filter applied to the nearest rows asked for."""
+
+    backend = "sqlitevec"
+
+    def write(self, ids, texts, metadatas, subject):
+        self.wrapper.add(ids, texts, subject=subject, metadatas=metadatas)
+
+    def get(self, ids):
+        return [Document(id=h.id, page_content=h.text or "", metadata=dict(h.metadata)) for h in self.wrapper.get(list(ids))]
+
+    def search(self, vector, k, filter, with_vectors=False):
+        hits = _filtered(lambda n: self.wrapper.search(vector, k=n), k, lambda h: _matches(h.metadata, filter), 4 * k)
+        vectors = self.wrapper.vectors([h.id for h in hits]) if with_vectors else {}
+        return [Hit(Document(id=h.id, page_content=h.text or "", metadata=dict(h.metadata)),
+                    relevance("cosine_distance", h.distance), vectors.get(h.id)) for h in hits]
+
+
+class LanceDBBinding(Binding):
+    """LanceDB's ``TombstoneLanceTable``: metadata as a JSON string column ``metadata``, a filter applied to the
+    nearest rows asked for."""
+
+    backend = "lancedb"
+
+    def write(self, ids, texts, metadatas, subject):
+        import json
+
+        self.wrapper.add(ids, texts, subject=subject, metadatas=[{"metadata": json.dumps(m or {}, sort_keys=True)}
+                                                                 for m in metadatas])
+
+    def _doc(self, row) -> Document:
+        import json
+
+        return Document(id=row[self.wrapper.id_column], page_content=row.get(self.wrapper.text_column) or "",
+                        metadata=json.loads(row.get("metadata") or "{}"))
+
+    def get(self, ids):
+        return [self._doc(row) for row in self.wrapper.get(list(ids))]
+
+    def search(self, vector, k, filter, with_vectors=False):
+        rows = _filtered(lambda n: self.wrapper.search(vector, k=n), k, lambda r: _matches(self._doc(r).metadata, filter),
+                         4 * k)
+        column = self.wrapper.vector_column
+        return [Hit(self._doc(r), relevance("l2_squared", r["_distance"]),
+                    np.asarray(r[column], dtype=np.float32) if with_vectors else None) for r in rows]
+
+
 def binding_for(wrapper: Any) -> Binding:
     """The binding of a Tombstone wrapper, by its class (imports only the backend it is)."""
     module = type(wrapper).__module__
@@ -248,6 +311,8 @@ def binding_for(wrapper: Any) -> Binding:
         ("tombstone_adapters.qdrant", "TombstoneQdrant", QdrantBinding),
         ("tombstone_adapters.pgvector", "PgVectorStore", PgVectorBinding),
         ("tombstone_adapters.pinecone", "TombstonePinecone", PineconeBinding),
+        ("tombstone_adapters.sqlitevec", "VecStore", SqliteVecBinding),
+        ("tombstone_adapters.lancedb", "TombstoneLanceTable", LanceDBBinding),
     )
     import importlib
 
@@ -264,7 +329,7 @@ def binding_for(wrapper: Any) -> Binding:
         if isinstance(wrapper, cls):
             return binding(wrapper)
     raise TypeError(f"{type(wrapper).__name__} is not a Tombstone vector wrapper (TombstoneCollection, FaissStore,"
-                    " TombstoneQdrant, PgVectorStore or TombstonePinecone)")
+                    " TombstoneQdrant, PgVectorStore, TombstonePinecone, VecStore or TombstoneLanceTable)")
 
 
 __all__ = ["Binding", "Hit", "binding_for", "relevance"]

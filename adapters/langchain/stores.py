@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-VECTOR_BACKENDS = ("chroma", "faiss", "qdrant", "pgvector", "pinecone")
+VECTOR_BACKENDS = ("chroma", "faiss", "qdrant", "pgvector", "pinecone", "sqlitevec", "lancedb")
 
 
 def open_wrapper(tomb: Any, store: str, *, embedder: Any, dim: int,
@@ -67,6 +67,24 @@ def open_wrapper(tomb: Any, store: str, *, embedder: Any, dim: int,
         index = Pinecone(api_key=key).Index(host=options["host"])
         return TombstonePinecone(index, namespace=options.get("namespace", ""), lineage=lineage, store=store,
                                  embedder=embedder)
+    if cfg.backend == "sqlitevec":
+        from tombstone_adapters.sqlitevec import VecStore
+
+        return VecStore(options["path"], table=options.get("table", "chunks"), dim=dim, lineage=lineage, store=store,
+                        embedder=embedder)
+    if cfg.backend == "lancedb":
+        import lancedb
+        import pyarrow as pa
+
+        from tombstone_adapters.lancedb import TombstoneLanceTable
+        from tombstone_adapters.lancedb.store import table_names
+
+        db = lancedb.connect(str(options["path"]))
+        if options["table"] not in table_names(db):
+            db.create_table(options["table"], schema=pa.schema([("id", pa.string()), ("text", pa.string()),
+                                                                ("vector", pa.list_(pa.float32(), dim)),
+                                                                ("metadata", pa.string())]))
+        return TombstoneLanceTable(db, options["table"], lineage=lineage, store=store, embedder=embedder)
     raise ValueError(f"store {store!r} is a {cfg.backend} store; the LangChain vector store serves"
                      f" {', '.join(VECTOR_BACKENDS)}")
 
@@ -76,6 +94,8 @@ def close_wrapper(wrapper: Any) -> None:
     conn = getattr(wrapper, "conn", None)
     if conn is not None and hasattr(conn, "close"):
         conn.close()
+    if type(wrapper).__name__ == "VecStore":
+        wrapper.close()
 
 
 __all__ = ["VECTOR_BACKENDS", "close_wrapper", "open_wrapper"]

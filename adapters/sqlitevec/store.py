@@ -236,6 +236,14 @@ class VecStore:
                         for i, t, m in self._run(f"SELECT id, text, metadata FROM {self.table} WHERE id IN ({marks})", part)]
         return out
 
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of ``ids`` (suppressed ones left out)."""
+        out = {}
+        for hit in self.get(ids):
+            blob = self._run(f"SELECT embedding FROM {self.table} WHERE id = ?", (hit.id,))[0][0]
+            out[hit.id] = np.frombuffer(blob, dtype="<f4").copy()
+        return out
+
     def all_ids(self) -> list[str]:
         hidden = self._hidden_now()
         return sorted(i for (i,) in self._run(f"SELECT id FROM {self.table}") if i not in hidden)

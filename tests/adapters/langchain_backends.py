@@ -1,5 +1,5 @@
 """Deployments on each vector backend for the LangChain tests: real stores (embedded Chroma, FAISS files,
-Qdrant local mode, the embedded PostgreSQL with pgvector, the Pinecone emulator driven by the real SDK)."""
+Qdrant local mode, sqlite-vec, a local LanceDB table, the embedded PostgreSQL with pgvector, the Pinecone emulator driven by the real SDK)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tombstone import Tombstone, init_deployment
 from tombstone.capture import HashingEmbedder
 from tombstone_adapters.langchain.stores import close_wrapper, open_wrapper
 
-BACKENDS = ("chroma", "faiss", "qdrant", "pgvector", "pinecone")
+BACKENDS = ("chroma", "faiss", "qdrant", "pgvector", "pinecone", "sqlitevec", "lancedb")
 DIM = 64
 
 
@@ -56,6 +56,8 @@ def chunk_store(backend: str, services: Services) -> dict[str, Any]:
         "faiss": lambda: {"backend": "faiss", "path": "stores/faiss"},
         "qdrant": lambda: {"backend": "qdrant", "path": "stores/qdrant", "collection": "kb-chunks"},
         "pgvector": lambda: {"backend": "pgvector", "dsn": services.dsn, "table": f"kb_{tag}"},
+        "sqlitevec": lambda: {"backend": "sqlitevec", "path": "stores/vec/chunks.db", "table": "kb_chunks"},
+        "lancedb": lambda: {"backend": "lancedb", "path": "stores/lance", "table": "kb_chunks"},
         "pinecone": lambda: {"backend": "pinecone", "host": services.emulator.host, "namespace": f"kb-{tag}",
                              "allow_insecure_host": True, "wait_seconds": 2.0},
     }[backend]()
