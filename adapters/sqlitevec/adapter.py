@@ -28,6 +28,7 @@ class SqliteVecAdapter(SqliteVecHooks, Adapter):
     backend = BACKEND
     capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
     levels = (Level.LOGICAL, Level.PHYSICAL)
+    experimental = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)

@@ -109,6 +109,9 @@ class Adapter(abc.ABC):
     none of the backends asked for builds one, ``tombstone demo`` adds a backend that does, and says so."""
     demo_default: ClassVar[bool] = False
     """Whether a plain ``tombstone demo`` builds this backend."""
+    experimental: ClassVar[bool] = False
+    """A backend whose engine, or Tombstone's knowledge of where it keeps deleted data, is new: ``tombstone
+    backends`` marks it, and its docs say what is not yet checked."""
     for_tests: ClassVar[bool] = False
     """An adapter that exists for tests (a fault injector): ``tombstone backends`` lists it only with ``--all``."""
     read_only_supported: ClassVar[bool] = False

@@ -272,11 +272,11 @@ def backends_cmd(show_all: bool, as_json: bool) -> None:
             continue
         items.append({"backend": name, "installed": True, "capabilities": sorted(c.value for c in cls.capabilities),
                       "levels": [lv.value for lv in cls.levels], "demo": cls.demo_role, "demo_default": cls.demo_default,
-                      "for_tests": cls.for_tests, "install": None})
+                      "for_tests": cls.for_tests, "experimental": cls.experimental, "install": None})
         caps = ",".join(sorted(c.value for c in cls.capabilities)) or "-"
         levels = ",".join(lv.value for lv in cls.levels)
         demo = cls.demo_role + (" (default)" if cls.demo_default else "") if cls.demo_role else "-"
-        rows.append((name, caps, levels, demo, ""))
+        rows.append((name + (" (experimental)" if cls.experimental else ""), caps, levels, demo, ""))
     if as_json:
         emit("backends", {"backends": items})
         return
