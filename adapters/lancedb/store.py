@@ -141,13 +141,7 @@ class TombstoneLanceTable:
                  for aid, edges_of in zip(ids, sources or [()] * len(ids)) for s_store, s_id, relation in edges_of]
         self.lineage.record_artifacts(subject, cap.records, probes=cap.probes, pending=cap.pending, edges=edges)
         cap.submit(self.lineage, self.embedder)
-        rows = []
-        for n, aid in enumerate(ids):
-            row = dict(metadatas[n]) if metadatas is not None and metadatas[n] else {}
-            row.update({self.id_column: aid, self.vector_column: np.asarray(cap.vectors[n], dtype=np.float32).tolist()})
-            if texts is not None:
-                row[self.text_column] = texts[n]
-            rows.append(row)
+        rows = self._arrow(ids, texts, metadatas, np.asarray(cap.vectors, dtype=np.float32))
         with self.lock:
             hidden = suppressed_among(self.lineage, self.store, ids)
             if hidden:  # written again while an erasure has it suppressed: stays hidden until the erasure ends
@@ -159,6 +153,24 @@ class TombstoneLanceTable:
         one of them (the app's, opened before the erasure) would read files that are gone."""
         self.table.checkout_latest()
         return self.table
+
+    def _arrow(self, ids: list[str], texts, metadatas, vectors: np.ndarray) -> Any:
+        """The rows as one Arrow table in the table's column order (the vectors as one fixed-size list array,
+        not a Python list per row)."""
+        import pyarrow as pa
+
+        schema = self._latest().schema
+        columns: dict[str, Any] = {self.id_column: pa.array(ids, type=pa.string())}
+        width = schema.field(self.vector_column).type.list_size
+        columns[self.vector_column] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)[: len(ids) * width],
+                                                                                 type=pa.float32()), width)
+        if texts is not None:
+            columns[self.text_column] = pa.array(list(texts), type=pa.string())
+        extra = sorted({key for m in (metadatas or []) if m for key in m} - set(columns))
+        for key in extra:
+            columns[key] = pa.array([(m or {}).get(key) for m in metadatas])
+        return pa.table({f.name: columns[f.name].cast(f.type) if f.name in columns else pa.nulls(len(ids), f.type)
+                         for f in schema})
 
     # -- reads (suppressed ids left out by LanceDB's own where-clause) ------------------------
 
