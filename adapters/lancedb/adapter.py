@@ -16,6 +16,7 @@ from tombstone.faults import kill_point
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import fit_dim, probe_set
+from tombstone.verify.neighbourhood import Neighbours
 
 from .hooks import LanceDBHooks
 from .store import (BACKEND, HIDDEN_SUFFIX, TombstoneLanceTable, check_release, checked_name, hidden_ids, hide, quoted, table_names,
@@ -38,8 +39,9 @@ class LanceDBAdapter(LanceDBHooks, Adapter):
     holds an erased row is never deleted; the artifact ends RESIDUAL(physical) naming it)."""
 
     backend = BACKEND
-    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
-    levels = (Level.LOGICAL, Level.PHYSICAL)
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
+                              Capability.SEMANTIC_PROBE})
+    levels = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC)
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
@@ -200,6 +202,35 @@ class LanceDBAdapter(LanceDBHooks, Adapter):
                                        measurement=f"returned by {', '.join(returned)}" if returned else None,
                                        evidence=evidence)
         return results
+
+    # -- the semantic level's questions, asked of the raw table (suppressed rows included) ---------
+
+    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
+        """Each query's ``k`` nearest rows of the latest version (LanceDB's own search, its distance) with
+        ``exclude`` left out, and their stored vectors."""
+        column, id_column = self.wrapped.vector_column, self.wrapped.id_column
+        dim = self._dataset().schema.field(column).type.list_size
+        self.table.checkout_latest()
+        out = []
+        for vector in np.asarray(vectors, dtype=np.float32).reshape(-1, dim):
+            rows = self.table.search(vector, vector_column_name=column).select([id_column, column]) \
+                .limit(k + len(exclude)).to_list()
+            rows = [r for r in rows if r[id_column] not in exclude][:k]
+            out.append(Neighbours([r[id_column] for r in rows], [float(r["_distance"]) for r in rows],
+                                  np.asarray([r[column] for r in rows], dtype=np.float32).reshape(-1, dim)))
+        return out
+
+    def stored_vectors(self, ids) -> dict[str, np.ndarray]:
+        column, id_column = self.wrapped.vector_column, self.wrapped.id_column
+        ds = self._dataset()
+        ids = [str(i) for i in ids]
+        out = {}
+        for start in range(0, len(ids), _PAGE):
+            part = ids[start : start + _PAGE]
+            table = ds.to_table(columns=[id_column, column], filter=f"{id_column} IN ({quoted(part)})")
+            for aid, vector in zip(table.column(id_column).to_pylist(), table.column(column).to_pylist()):
+                out[aid] = np.asarray(vector, dtype=np.float32)
+        return out
 
     def physical_root(self) -> Path:
         """The database folder: the table's files, the hidden-ids table's, and anything beside them (a copy of

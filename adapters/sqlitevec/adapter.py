@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tombstone.contract import Adapter, Capability, ProbeResult
 from tombstone.errors import PhysicalUnsupportedError
 from tombstone.faults import kill_point
@@ -15,6 +17,7 @@ from tombstone.lineage.db import ArtifactRecord
 from tombstone.sqlite_pages import zero_all_free_space
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import fit_dim, probe_set
+from tombstone.verify.neighbourhood import Neighbours
 
 from .hooks import SqliteVecHooks
 from .store import BACKEND, DEFAULT_TABLE, VecStore, cleared_slots
@@ -26,8 +29,9 @@ class SqliteVecAdapter(SqliteVecHooks, Adapter):
     """Options: ``path`` (the SQLite file, required) and ``table`` (the vec0 table; default ``chunks``)."""
 
     backend = BACKEND
-    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN})
-    levels = (Level.LOGICAL, Level.PHYSICAL)
+    capabilities = frozenset({Capability.HIDE, Capability.RECLAIM, Capability.LOGICAL_PROBE, Capability.PHYSICAL_SCAN,
+                              Capability.SEMANTIC_PROBE})
+    levels = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC)
     experimental = True
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
@@ -162,6 +166,31 @@ class SqliteVecAdapter(SqliteVecHooks, Adapter):
                                        measurement=f"returned by {', '.join(returned)}" if returned else None,
                                        evidence=evidence)
         return results
+
+    # -- the semantic level's questions, asked of the raw table (suppressed rows included) ---------
+
+    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
+        """Each query's ``k`` nearest rows (vec0's KNN, cosine distance) with ``exclude`` left out, and their
+        stored vectors."""
+        dim = self.vec.dim
+        found = []
+        for vector in np.asarray(vectors, dtype=np.float32).reshape(-1, dim if np.asarray(vectors).size else 1):
+            rows = self.vec._knn(fit_dim(vector, dim), k + len(exclude))
+            found.append([(i, float(d)) for i, d, *_rest in rows if i not in exclude][:k])
+        stored = self.stored_vectors(sorted({i for rows in found for i, _ in rows}))
+        return [Neighbours([i for i, _ in rows if i in stored], [d for i, d in rows if i in stored],
+                           np.asarray([stored[i] for i, _ in rows if i in stored], dtype=np.float32).reshape(-1, dim))
+                for rows in found]
+
+    def stored_vectors(self, ids) -> dict[str, np.ndarray]:
+        ids = [str(i) for i in ids]
+        out = {}
+        for start in range(0, len(ids), _PAGE):
+            part = ids[start : start + _PAGE]
+            for aid, blob in self.vec._run(f"SELECT id, embedding FROM {self.vec.table} WHERE id IN"
+                                           f" ({','.join('?' * len(part))})", part):
+                out[aid] = np.frombuffer(blob, dtype="<f4").copy()
+        return out
 
     @classmethod
     def scan_deleted(cls, store: str, options: Mapping[str, Any]):
