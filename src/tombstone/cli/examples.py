@@ -38,6 +38,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "report": ("a month of receipts as HTML", "tombstone report receipts/ --key keys/signing.pub --format html"
                " --out report.html"),
     "serve": ("a read-only page over the deployment on this machine", "tombstone serve --port 8765"),
+    "mcp": ("serve the deployment to an agent over stdio", "tombstone mcp --config tombstone.toml"),
 }
 
 
