@@ -15,7 +15,7 @@ from tombstone.errors import ConfigError, StoreUnavailableError
 from tombstone.faults import kill_point
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import fit_dim, probe_set
+from tombstone.verify.logical import fit_dim, paths_result, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
 from .hooks import LanceDBHooks
@@ -194,13 +194,8 @@ class LanceDBAdapter(LanceDBHooks, Adapter):
                 rows = self.table.search(fit_dim(vector, dim), vector_column_name=self.wrapped.vector_column) \
                     .select([self.wrapped.id_column]).limit(TOP).to_list()
                 paths[f"raw.search{TOP}({label})"] = any(r[self.wrapped.id_column] == aid for r in rows)
-            returned = sorted(p for p, hit in paths.items() if hit)
-            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)}
-            if aid not in raw:
-                evidence["nearest_neighbours"] = "not searched: no row of the latest version holds this id"
-            results[aid] = ProbeResult(level=Level.LOGICAL, passed=not returned,
-                                       measurement=f"returned by {', '.join(returned)}" if returned else None,
-                                       evidence=evidence)
+            results[aid] = paths_result(paths, len(queries), None if aid in raw else
+                                        "no row of the latest version holds this id")
         return results
 
     # -- the semantic level's questions, asked of the raw table (suppressed rows included) ---------

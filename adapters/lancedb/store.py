@@ -22,10 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from tombstone.capture import deferred
 from tombstone.capture.hidden import HiddenIds, suppressed_among
-from tombstone.capture.vector import Embedder, capture_vectors, embed
-from tombstone.capture.writes import check_write
+from tombstone.capture.vector import Embedder, embed, record_write
 from tombstone.errors import StoreUnavailableError
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -134,14 +132,9 @@ class TombstoneLanceTable:
         if self.lineage is None or self.embedder is None:
             raise ValueError("this table was opened without a lineage db or an embedder: it cannot write")
         ids = [str(i) for i in ids]
-        check_write(self.lineage, self.store, [subject])
-        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids, documents=texts,
-                              embeddings=vectors, defer=deferred.mode() == "background")
-        edges = [(s_store, s_id, self.store, aid, relation)
-                 for aid, edges_of in zip(ids, sources or [()] * len(ids)) for s_store, s_id, relation in edges_of]
-        self.lineage.record_artifacts(subject, cap.records, probes=cap.probes, pending=cap.pending, edges=edges)
-        cap.submit(self.lineage, self.embedder)
-        rows = self._arrow(ids, texts, metadatas, np.asarray(cap.vectors, dtype=np.float32))
+        written = record_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,
+                               documents=texts, embeddings=vectors, subject=subject, sources=sources)
+        rows = self._arrow(ids, texts, metadatas, np.asarray(written, dtype=np.float32))
         with self.lock:
             hidden = suppressed_among(self.lineage, self.store, ids)
             if hidden:  # written again while an erasure has it suppressed: stays hidden until the erasure ends

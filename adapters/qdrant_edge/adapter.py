@@ -17,7 +17,7 @@ from tombstone.faults import kill_point
 from tombstone.fsutil import write_atomic
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import fit_dim, probe_set
+from tombstone.verify.logical import fit_dim, paths_result, probe_set
 
 from .hooks import QdrantEdgeHooks
 from .store import BACKEND, ID_KEY, SUPPRESSED, TombstoneEdgeShard, close_shard, point_id, shard_at
@@ -124,13 +124,8 @@ class QdrantEdgeAdapter(QdrantEdgeHooks, Adapter):
                 found = self.shard.search(qe.SearchRequest(query=qe.Query.Nearest(fit_dim(vector, dim).tolist()),
                                                            limit=TOP, with_payload=True))
                 paths[f"raw.search{TOP}({label})"] = any((p.payload or {}).get(ID_KEY) == aid for p in found)
-            returned = sorted(p for p, hit in paths.items() if hit)
-            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)}
-            if aid not in raw:
-                evidence["nearest_neighbours"] = "not searched: the shard retrieves no point for this id"
-            results[aid] = ProbeResult(level=Level.LOGICAL, passed=not returned,
-                                       measurement=f"returned by {', '.join(returned)}" if returned else None,
-                                       evidence=evidence)
+            results[aid] = paths_result(paths, len(queries), None if aid in raw else
+                                        "the shard retrieves no point for this id")
         return results
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:

@@ -22,10 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from tombstone.capture import deferred
 from tombstone.capture.hidden import HiddenIds, suppressed_among
-from tombstone.capture.vector import Embedder, capture_vectors, embed
-from tombstone.capture.writes import check_write
+from tombstone.capture.vector import Embedder, embed, record_write
 from tombstone.errors import StoreUnavailableError
 from tombstone.lineage.db import LineageDB
 from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
@@ -128,13 +126,8 @@ class TombstoneEdgeShard:
         if self.lineage is None or self.embedder is None:
             raise ValueError("this shard was opened without a lineage db or an embedder: it cannot write")
         ids = [str(i) for i in ids]
-        check_write(self.lineage, self.store, [subject])
-        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids, documents=documents,
-                              embeddings=vectors, defer=deferred.mode() == "background")
-        edges = [(s_store, s_id, self.store, aid, relation)
-                 for aid, edges_of in zip(ids, sources or [()] * len(ids)) for s_store, s_id, relation in edges_of]
-        self.lineage.record_artifacts(subject, cap.records, probes=cap.probes, pending=cap.pending, edges=edges)
-        cap.submit(self.lineage, self.embedder)
+        written = record_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,
+                               documents=documents, embeddings=vectors, subject=subject, sources=sources)
         with self.lock:
             hidden = suppressed_among(self.lineage, self.store, ids)
             points = []
@@ -145,7 +138,7 @@ class TombstoneEdgeShard:
                     payload[DOCUMENT_KEY] = documents[n]
                 if aid in hidden:
                     payload[SUPPRESSED] = True
-                points.append(qe.Point(id=point_id(aid), vector=np.asarray(cap.vectors[n], dtype=np.float32).tolist(),
+                points.append(qe.Point(id=point_id(aid), vector=np.asarray(written[n], dtype=np.float32).tolist(),
                                        payload=payload))
             self.shard.update(qe.UpdateOperation.upsert_points(points))
             self.shard.flush()

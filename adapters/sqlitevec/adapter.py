@@ -16,7 +16,7 @@ from tombstone.faults import kill_point
 from tombstone.lineage.db import ArtifactRecord
 from tombstone.sqlite_pages import zero_all_free_space
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import fit_dim, probe_set
+from tombstone.verify.logical import fit_dim, paths_result, probe_set
 from tombstone.verify.neighbourhood import Neighbours
 
 from .hooks import SqliteVecHooks
@@ -157,14 +157,9 @@ class SqliteVecAdapter(SqliteVecHooks, Adapter):
             for label, vector in queries:
                 found = {row[0] for row in self.vec._knn(fit_dim(vector, self.vec.dim), 40)}
                 paths[f"raw.knn40({label})"] = aid in found
-            returned = sorted(p for p, hit in paths.items() if hit)
-            evidence = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": len(queries)}
-            if aid not in raw:
-                evidence["nearest_neighbours"] = ("not searched: a KNN query names each result through"
-                                                  f" {self.vec.table}_rowids, which holds no row for this id")
-            results[aid] = ProbeResult(level=Level.LOGICAL, passed=not returned,
-                                       measurement=f"returned by {', '.join(returned)}" if returned else None,
-                                       evidence=evidence)
+            results[aid] = paths_result(paths, len(queries), None if aid in raw else
+                                        "a KNN query names each result through"
+                                        f" {self.vec.table}_rowids, which holds no row for this id")
         return results
 
     # -- the semantic level's questions, asked of the raw table (suppressed rows included) ---------

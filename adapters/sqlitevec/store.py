@@ -25,9 +25,7 @@ from typing import Any
 import numpy as np
 
 from tombstone.capture.hidden import HiddenIds, suppressed_among
-from tombstone.capture import deferred
-from tombstone.capture.vector import Embedder, capture_vectors, embed
-from tombstone.capture.writes import check_write
+from tombstone.capture.vector import Embedder, embed, record_write
 from tombstone.errors import StoreUnavailableError, TombstoneError
 from tombstone.fsutil import create_private
 from tombstone.lineage.db import LineageDB
@@ -177,14 +175,9 @@ class VecStore:
         if self.lineage is None or self.embedder is None:
             raise ValueError("this store was opened bare (no lineage db or embedder): it cannot write")
         ids = [str(i) for i in ids]
-        check_write(self.lineage, self.store, [subject])
-        cap = capture_vectors(self.embedder, store=self.store, backend=BACKEND, ids=ids, documents=texts,
-                              embeddings=vectors, defer=deferred.mode() == "background")
-        edges = [(s_store, s_id, self.store, aid, relation)
-                 for aid, edges_of in zip(ids, sources or [()] * len(ids)) for s_store, s_id, relation in edges_of]
-        self.lineage.record_artifacts(subject, cap.records, probes=cap.probes, pending=cap.pending, edges=edges)
-        cap.submit(self.lineage, self.embedder)
-        vecs = cap.vectors
+        written = record_write(self.embedder, self.lineage, store=self.store, backend=BACKEND, ids=ids,
+                               documents=texts, embeddings=vectors, subject=subject, sources=sources)
+        vecs = written
         docs = list(texts) if texts is not None else [None] * len(ids)
         metas = list(metadatas) if metadatas is not None else [None] * len(ids)
         rows = [(i, np.asarray(v, dtype="<f4").tobytes(), d, json.dumps(dict(m or {}), sort_keys=True))

@@ -116,6 +116,23 @@ def capture_vectors(
     return VectorCapture(vectors=vectors, records=records, probes=probes, deferred=deferred, pending=pending)
 
 
+def record_write(embedder: Embedder, lineage: Any, *, store: str, backend: str, ids: Sequence[str],
+                 documents: Sequence[str | None] | None, embeddings: Any, subject: str,
+                 sources: Sequence[Sequence[tuple[str, str, str]]] | None = None) -> np.ndarray:
+    """The write path of a wrapper that records lineage edges too: the subject checked, the chunks embedded
+    (unless given) with their probe fragments, the lineage rows and each id's ``sources`` (``(store, artifact
+    id, relation)`` per id: what it was cut from) recorded first — assume the store write will fail — and the
+    vectors to store returned."""
+    check_write(lineage, store, [subject])
+    cap = capture_vectors(embedder, store=store, backend=backend, ids=ids, documents=documents, embeddings=embeddings,
+                          defer=deferred.mode() == "background")
+    edges = [(s_store, s_id, store, aid, relation)
+             for aid, edges_of in zip(ids, sources or [()] * len(ids)) for s_store, s_id, relation in edges_of]
+    lineage.record_artifacts(subject, cap.records, probes=cap.probes, pending=cap.pending, edges=edges)
+    cap.submit(lineage, embedder)
+    return cap.vectors
+
+
 def vectors_for_write(
     embedder: Embedder | None,
     lineage: Any,

@@ -229,6 +229,19 @@ def probe_count(fingerprint: Sequence[float] | None, probe_vectors: Mapping[str,
     return fragments + (fingerprint is not None)
 
 
+def paths_result(paths: Mapping[str, bool], probe_vectors: int, not_searched: str | None = None) -> Any:
+    """The logical level's result of one artifact from the read paths asked (path -> returned it): passed when
+    none returned it; ``not_searched`` says why no nearest-neighbour search was asked (none could return it)."""
+    from tombstone.verify.result import ProbeResult
+
+    returned = sorted(p for p, hit in paths.items() if hit)
+    evidence: dict[str, Any] = {"paths": sorted(paths), "returned_by": returned, "probe_vectors": probe_vectors}
+    if not_searched:
+        evidence["nearest_neighbours"] = f"not searched: {not_searched}"
+    return ProbeResult(level=Level.LOGICAL, passed=not returned,
+                       measurement=f"returned by {', '.join(returned)}" if returned else None, evidence=evidence)
+
+
 def fit_dim(vector: np.ndarray, dim: int) -> np.ndarray:
     """Truncate or zero-pad a probe vector to the store's dimension."""
     v = np.asarray(vector, dtype=np.float32)
