@@ -69,7 +69,9 @@ class Binding:
     def embedder(self, value: Any) -> None:
         self.wrapper.embedder = value
 
-    def write(self, ids: list[str], texts: list[str], metadatas: list[dict], subject: str) -> None:
+    def write(self, ids: list[str], texts: list[str], metadatas: list[dict], subject: str, vectors: Any = None) -> None:
+        """Write the records through the wrapper; ``vectors`` (one per record) are stored as given, else the
+        wrapper's embedder embeds the texts."""
         raise NotImplementedError
 
     def get(self, ids: Sequence[str]) -> list[Document]:
@@ -83,8 +85,9 @@ class Binding:
 class ChromaBinding(Binding):
     backend = "chroma"
 
-    def write(self, ids, texts, metadatas, subject):
-        self.wrapper.upsert(ids=ids, documents=texts, metadatas=[m or None for m in metadatas], subject=subject)
+    def write(self, ids, texts, metadatas, subject, vectors=None):
+        self.wrapper.upsert(ids=ids, documents=texts, metadatas=[m or None for m in metadatas], subject=subject,
+                            embeddings=None if vectors is None else np.asarray(vectors, dtype=np.float32))
 
     @staticmethod
     def _where(filter):
@@ -126,8 +129,9 @@ class ChromaBinding(Binding):
 class FaissBinding(Binding):
     backend = "faiss"
 
-    def write(self, ids, texts, metadatas, subject):
-        self.wrapper.add(ids, documents=texts, metadatas=metadatas, subject=subject)
+    def write(self, ids, texts, metadatas, subject, vectors=None):
+        self.wrapper.add(ids, documents=texts, metadatas=metadatas, subject=subject,
+                         embeddings=None if vectors is None else np.asarray(vectors, dtype=np.float32))
 
     def get(self, ids):
         return [Document(id=i, page_content=rec["document"] or "", metadata=dict(rec["metadata"] or {}))
@@ -155,8 +159,9 @@ def _strip(payload: Mapping[str, Any] | None, *keys: str) -> dict[str, Any]:
 class QdrantBinding(Binding):
     backend = "qdrant"
 
-    def write(self, ids, texts, metadatas, subject):
-        self.wrapper.upsert(ids, documents=texts, payloads=metadatas, subject=subject)
+    def write(self, ids, texts, metadatas, subject, vectors=None):
+        self.wrapper.upsert(ids, documents=texts, payloads=metadatas, subject=subject,
+                            vectors=None if vectors is None else np.asarray(vectors, dtype=np.float32))
 
     def _doc(self, point) -> Document:
         from tombstone_adapters.qdrant.wrapper import DOCUMENT_KEY, ID_KEY, SUPPRESSED
@@ -191,8 +196,9 @@ class QdrantBinding(Binding):
 class PgVectorBinding(Binding):
     backend = "pgvector"
 
-    def write(self, ids, texts, metadatas, subject):
-        self.wrapper.add(ids, documents=texts, metadatas=metadatas, subject=subject)
+    def write(self, ids, texts, metadatas, subject, vectors=None):
+        self.wrapper.add(ids, documents=texts, metadatas=metadatas, subject=subject,
+                         embeddings=None if vectors is None else np.asarray(vectors, dtype=np.float32))
 
     def get(self, ids):
         return [Document(id=r["id"], page_content=r["document"] or "", metadata=dict(r["metadata"] or {}))
@@ -213,8 +219,9 @@ class PineconeBinding(Binding):
 
     backend = "pinecone"
 
-    def write(self, ids, texts, metadatas, subject):
-        self.wrapper.upsert(ids, documents=texts, metadatas=metadatas, subject=subject)
+    def write(self, ids, texts, metadatas, subject, vectors=None):
+        self.wrapper.upsert(ids, documents=texts, metadatas=metadatas, subject=subject,
+                            vectors=None if vectors is None else np.asarray(vectors, dtype=np.float32))
 
     @staticmethod
     def _doc(vid, metadata) -> Document:
@@ -260,8 +267,8 @@ class SqliteVecBinding(Binding):
 
     backend = "sqlitevec"
 
-    def write(self, ids, texts, metadatas, subject):
-        self.wrapper.add(ids, texts, subject=subject, metadatas=metadatas)
+    def write(self, ids, texts, metadatas, subject, vectors=None):
+        self.wrapper.add(ids, texts, subject=subject, metadatas=metadatas, vectors=vectors)
 
     def get(self, ids):
         return [Document(id=h.id, page_content=h.text or "", metadata=dict(h.metadata)) for h in self.wrapper.get(list(ids))]
@@ -279,11 +286,11 @@ class LanceDBBinding(Binding):
 
     backend = "lancedb"
 
-    def write(self, ids, texts, metadatas, subject):
+    def write(self, ids, texts, metadatas, subject, vectors=None):
         import json
 
         self.wrapper.add(ids, texts, subject=subject, metadatas=[{"metadata": json.dumps(m or {}, sort_keys=True)}
-                                                                 for m in metadatas])
+                                                                 for m in metadatas], vectors=vectors)
 
     def _doc(self, row) -> Document:
         import json
