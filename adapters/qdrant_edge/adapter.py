@@ -4,6 +4,7 @@ deleted point, the write-ahead log rolled over, byte scan of the shard's folder.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,17 +96,53 @@ class QdrantEdgeAdapter(QdrantEdgeHooks, Adapter):
         optimised = shard_at(self.path, self.store).optimize()
         close_shard(self.path)
         kill_point("reclaim:qdrant_edge:vacuumed")
-        # the write-ahead log keeps every operation's payload, ids included: once everything is flushed into the
-        # segments, its files are removed and the shard starts a new one
-        wal = [p for p in (self.path / "wal").glob("open-*") if p.is_file()] if (self.path / "wal").is_dir() else []
-        for file in wal:
-            file.unlink()
+        # the write-ahead log keeps every operation's payload, ids included. Its files are set aside, and removed
+        # only if the shard then loads to exactly the points it had with them (nothing it held only in the log
+        # is lost); otherwise they are put back, and the probe will find what they hold
+        wal_removed = self._drop_wal()
         # the app's own settings back as they were: the file it had, byte for byte (the shard is closed)
         write_atomic(self.path / "edge_config.json", before)
         return {"steps": ["delete the points", "flush", "optimize with deleted_threshold 0 and vacuum_min_vector_number 1"
-                          " (every segment holding a deleted point vacuumed)", "close; remove the write-ahead log's"
-                          " files (everything flushed)", "the shard's own edge_config.json written back as it was"],
-                "points_deleted": present, "optimised": bool(optimised), "wal_files_removed": len(wal)}
+                          " (every segment holding a deleted point vacuumed)", "close; the write-ahead log's files"
+                          " removed if the shard loads to the same points without them, else kept",
+                          "the shard's own edge_config.json written back as it was"],
+                "points_deleted": present, "optimised": bool(optimised), "wal_files_removed": wal_removed}
+
+    def _digest(self) -> str:
+        """A digest of every point the shard loads to (id, payload, vector), the shard closed after."""
+        import hashlib
+
+        import qdrant_edge as qe
+
+        records, _ = shard_at(self.path, self.store).scroll(qe.ScrollRequest(limit=10_000_000, with_payload=True,
+                                                                             with_vector=True))
+        close_shard(self.path)
+        digest = hashlib.sha256()
+        for record in sorted(records, key=lambda r: str(r.id)):
+            digest.update(json.dumps([str(record.id), record.payload, record.vector], sort_keys=True, default=str).encode())
+        return digest.hexdigest()
+
+    def _drop_wal(self) -> int:
+        folder = self.path / "wal"
+        if not folder.is_dir():
+            return 0
+        with_log = self._digest()
+        aside = self.path / "wal.tombstone-aside"
+        shutil.rmtree(aside, ignore_errors=True)
+        folder.rename(aside)
+        folder.mkdir()
+        try:
+            same = self._digest() == with_log
+        except Exception:
+            same = False
+        if not same:  # the log held something the segments do not: put it back as it was
+            close_shard(self.path)
+            shutil.rmtree(folder, ignore_errors=True)
+            aside.rename(folder)
+            return 0
+        removed = sum(1 for p in aside.iterdir() if p.is_file())
+        shutil.rmtree(aside)
+        return removed
 
     def probe_logical(self, artifacts: Sequence[ArtifactRecord], probe_vectors=None) -> dict[str, ProbeResult]:
         import qdrant_edge as qe
