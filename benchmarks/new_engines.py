@@ -226,7 +226,8 @@ WHAT = {
     "qdrant_edge": ("A Qdrant Edge shard (qdrant-edge-py 0.9, cosine)", "the shard's own `delete_points` and then its"
                     " `optimize`", "`TombstoneEdgeShard`", "delete + optimize", " (`tombstone scan` cannot scan this"
                     " backend yet)", "One subject's erase vacuums the segments that held its points and reads every"
-                    " file of the shard for the physical probe, so it grows with the shard; a batch pays both once."),
+                    " file of the shard for the physical probe, so it grows with the shard; a batch pays both once."
+                    " Where a receipt says RESIDUAL, the erasure met an indexed segment (the shard builds one past its indexing threshold), where qdrant-edge-py 0.9 deletes nothing (verification-levels.md, Qdrant Edge): the probes found the points, as they must."),
 }
 
 
