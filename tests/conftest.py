@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -10,6 +11,8 @@ from tombstone import Tombstone, init_deployment
 from tombstone.config import Config
 
 from support import FrozenClock, raising_stub, write_docs
+
+os.environ.setdefault("MEM0_TELEMETRY", "false")  # Mem0 never reports usage from the tests
 
 
 @pytest.fixture

@@ -88,6 +88,8 @@ class QdrantAdapter(QdrantHooks, Adapter):
                               Capability.SEMANTIC_PROBE})
     levels = (Level.LOGICAL, Level.PHYSICAL, Level.SEMANTIC)
     read_only_supported = True
+    point_of = staticmethod(point_id)
+    """An artifact id's point id (a backend whose app chose its own point ids maps them itself)."""
 
     def __init__(self, store: str, options: Mapping[str, Any]) -> None:
         super().__init__(store, options)
@@ -140,10 +142,10 @@ class QdrantAdapter(QdrantHooks, Adapter):
         return (ApiException, sqlite3.Error, OSError)
 
     def view(self) -> TombstoneQdrant:
-        return TombstoneQdrant(self.client, self.name, lineage=None, store=self.store)
+        return TombstoneQdrant(self.client, self.name, lineage=None, store=self.store, point_of=self.point_of)
 
     def _present(self, artifacts: Sequence[ArtifactRecord]) -> list[str]:
-        ids = [point_id(a.artifact_id) for a in artifacts]
+        ids = [self.point_of(a.artifact_id) for a in artifacts]
         found = []
         for start in range(0, len(ids), _PAGE):
             found += [str(p.id) for p in self.client.retrieve(self.name, ids=ids[start : start + _PAGE],
@@ -241,7 +243,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
                     if counts is None:
                         zeroed = None
                         break
-                    zeroed[file.relative_to(self.path).as_posix()] = counts
+                    zeroed[self.file_label(file)] = counts
             if zeroed is not None:
                 evidence["free_space_zeroed"] = zeroed
                 left = sorted(aid for aid, r in self.probe_physical(artifacts).items() if not r.passed)
@@ -385,7 +387,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
         ids = list(ids)
         out: dict[str, np.ndarray] = {}
         for start in range(0, len(ids), _PAGE):
-            for p in self.client.retrieve(self.name, ids=[point_id(i) for i in ids[start : start + _PAGE]],
+            for p in self.client.retrieve(self.name, ids=[self.point_of(i) for i in ids[start : start + _PAGE]],
                                           with_payload=True, with_vectors=True):
                 aid = (p.payload or {}).get(ID_KEY)
                 if aid is not None:
@@ -419,7 +421,8 @@ class QdrantAdapter(QdrantHooks, Adapter):
         # post-filtered with oversampling, and the flag checked on every point returned. A view with no
         # hidden set would filter on the flag inside every query, which local mode does over every point.
         listed, flagged = self.listing()  # every live point's payload id and flag, read once
-        view = TombstoneQdrant(self.client, self.name, lineage=None, store=self.store, hidden=FixedHidden(flagged))
+        view = TombstoneQdrant(self.client, self.name, lineage=None, store=self.store, hidden=FixedHidden(flagged),
+                              point_of=self.point_of)
         probe_vectors = probe_vectors or {}
         info = self.client.get_collection(self.name)
         params = info.config.params.vectors
@@ -437,7 +440,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
         found["raw.scroll()"] = listed.intersection(ids)
         for start in range(0, len(ids), _PAGE):
             part = ids[start : start + _PAGE]
-            for p in self.client.retrieve(self.name, ids=[point_id(i) for i in part]):
+            for p in self.client.retrieve(self.name, ids=[self.point_of(i) for i in part]):
                 found["raw.retrieve"] |= carried_ids(p)
             for p in view.retrieve(part):
                 found["wrapper.retrieve"] |= carried_ids(p)
@@ -500,7 +503,7 @@ class QdrantAdapter(QdrantHooks, Adapter):
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         patterns = super().physical_patterns(artifact)
-        pid = point_id(artifact.artifact_id)
+        pid = self.point_of(artifact.artifact_id)
         patterns["id_point_uuid"] = pid.encode()
         patterns["id_storage_key"] = CollectionPersistence.encode_key(normalize_point_id(pid)).encode()
         if self.fingerprint_scannable(artifact):
@@ -515,6 +518,10 @@ class QdrantAdapter(QdrantHooks, Adapter):
         from .forensics import scan_qdrant
 
         return scan_qdrant(store, cls.backend, options)
+
+    def file_label(self, file: Path) -> str:
+        """How evidence names one of the store's files."""
+        return file.relative_to(self.path).as_posix() if file.is_relative_to(self.path) else str(file)
 
     def physical_files(self) -> list[Path]:
         if not os.access(self.path, os.R_OK | os.X_OK):

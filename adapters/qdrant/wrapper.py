@@ -70,8 +70,10 @@ class TombstoneQdrant:
     ``local_client``) rather than keeping the client object."""
 
     def __init__(self, client: Any, collection: str, *, lineage: LineageDB | None, store: str,
-                 embedder: Embedder | None = None, lock_wait: float = STORE_LOCK_WAIT, hidden: Any = None) -> None:
+                 embedder: Embedder | None = None, lock_wait: float = STORE_LOCK_WAIT, hidden: Any = None,
+                 point_of: Callable[[str], str] = point_id) -> None:
         self._given, self.collection = client, collection
+        self.point_of = point_of
         self.lineage, self.store, self.embedder = lineage, store, embedder
         self.path = adopt(client)
         self.lock_wait = lock_wait
@@ -84,7 +86,7 @@ class TombstoneQdrant:
 
     def _stored_documents(self, ids: list[str]) -> dict[str, Any]:
         """The documents the collection's payloads hold for these ids (those it has)."""
-        by_point = {point_id(i): i for i in ids}
+        by_point = {self.point_of(i): i for i in ids}
         points = self._run(lambda client: client.retrieve(self.collection, ids=list(by_point), with_payload=True))
         return {by_point[str(p.id)]: (p.payload or {}).get(DOCUMENT_KEY) for p in points if str(p.id) in by_point}
 
@@ -121,7 +123,7 @@ class TombstoneQdrant:
             payload[ID_KEY] = aid
             if doc is not None:
                 payload[DOCUMENT_KEY] = doc
-            points.append(models.PointStruct(id=point_id(aid), vector=vec.tolist(), payload=payload))
+            points.append(models.PointStruct(id=self.point_of(aid), vector=vec.tolist(), payload=payload))
 
         def write(client: Any) -> Any:
             # Under the store's lock: an id an erasure has suppressed is written hidden (an upsert replaces
@@ -175,7 +177,7 @@ class TombstoneQdrant:
         ids = [i for i in ids if not (hidden and str(i) in hidden)]
         if not ids:
             return []
-        points = self._run(lambda client: client.retrieve(self.collection, ids=[point_id(i) for i in ids], **kwargs))
+        points = self._run(lambda client: client.retrieve(self.collection, ids=[self.point_of(i) for i in ids], **kwargs))
         return self._shown(points, hidden)
 
     def count(self, count_filter: models.Filter | None = None) -> int:
