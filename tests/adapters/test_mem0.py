@@ -230,3 +230,18 @@ def test_a_history_db_that_is_not_sqlite_is_refused_before_anything_changes(tmp_
     with pytest.raises(StoreUnavailableError, match="not a SQLite file"):
         Mem0Adapter("memories", config.stores["memories"].options)
     assert aid
+
+
+def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [example] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "TombstoneMemory" in b]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    try:
+        exec(compile(example, "README.md", "exec"), namespace)
+    finally:
+        close_local_clients()
+    assert verified(namespace["receipt"]) == 1 and namespace["path"].is_file()
+    assert independent_scan(tmp_path / "agent" / "stores", b"Mill Road") == []
