@@ -134,12 +134,16 @@ class TombstoneLlamaVectorStore(BasePydanticVectorStore):
         if self._tombstone is None:
             raise ValueError("erasing needs the deployment: construct the store with tombstone=Tombstone(...)")
         lineage = self._binding.lineage
-        live = [aid for aid in dict.fromkeys(ids)
-                if (art := lineage.artifact(self._binding.store, aid)) is not None and art.state == "live"]
+        # the node in this store, and its copies in the deployment's LlamaIndex storage folders (docstore,
+        # index store, ingestion cache: TombstoneLlamaStorage records them under the same node id)
+        stores = [self._binding.store] + [name for name, spec in self._tombstone.config.stores.items()
+                                          if spec.backend == "llamaindex"]
+        found = lineage.artifacts_many([(store, aid) for store in stores for aid in dict.fromkeys(ids)])
+        live = [key for key, art in found.items() if art.state == "live"]
         if live:
-            statement = f"{len(live)} node(s) of {reference} deleted through the LlamaIndex vector store"
-            self._receipts.append(self._tombstone.erase_artifacts(
-                reference, [(self._binding.store, aid) for aid in live], statement=statement, why=why))
+            nodes = len({aid for _, aid in live})
+            statement = f"{nodes} node(s) of {reference} deleted through the LlamaIndex vector store"
+            self._receipts.append(self._tombstone.erase_artifacts(reference, live, statement=statement, why=why))
 
     def delete(self, ref_doc_id: str, **kwargs: Any) -> None:
         """Erase every node of the source document ``ref_doc_id`` (suppress, reclaim, verify; one receipt)."""

@@ -65,10 +65,10 @@ def chunk_store(backend: str, services: Services) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def deployment(root: Path, backend: str, services: Services, *, caches: bool = False,
-               ) -> Iterator[tuple[Tombstone, Any]]:
+               extra: dict[str, dict[str, Any]] | None = None) -> Iterator[tuple[Tombstone, Any]]:
     """An open deployment with a ``chunks`` store on ``backend`` (and, with ``caches``, an exact cache
-    ``llm_cache`` and a semantic cache ``semantic``), and the chunk store's wrapper."""
-    stores = {"chunks": chunk_store(backend, services)}
+    ``llm_cache`` and a semantic cache ``semantic``; ``extra``: more stores), and the chunk store's wrapper."""
+    stores = {"chunks": chunk_store(backend, services), **(extra or {})}
     if caches:
         stores["llm_cache"] = {"backend": "exact_cache", "path": "stores/llm_cache.db"}
         stores["semantic"] = {"backend": "semantic_cache", "path": "stores/semantic", "collection": "answers"}
