@@ -38,9 +38,11 @@ COLLECTION = "rag-chunks"
 EMBEDDING_DIM = 384
 DOCS_PER_SUBJECT = 3
 _NAMESPACE = uuid.UUID("6f1c1f2e-3c7a-4d55-9d0e-2b0f6f1a7c11")
-VIAS = {"wrappers": None, "langchain": ("tombstone_adapters.langchain.demo", "langchain")}
+VIAS = {"wrappers": None, "langchain": ("tombstone_adapters.langchain.demo", "langchain"),
+        "llamaindex": ("tombstone_adapters.llamaindex.demo", "llamaindex")}
 """How the demo writes: through each store's wrapper, or as a LangChain app would (the module whose
-``fill(kit, store, backend, options, subjects)`` writes the stores it has a part in, and the extra it needs)."""
+``fill(kit, store, backend, options, subjects)`` writes the stores it has a part in, and the extra it needs; its
+``demo_stores(kit)``, where it has one, adds stores of its own)."""
 _WORDS = (
     "account address appointment balance billing booking claim contract delivery diagnosis invoice "
     "ledger meeting message order parcel payment policy prescription profile refund renewal request "
@@ -315,13 +317,15 @@ def build_demo(workdir: str | Path, backends: list[str], subjects: int, *, force
     _prepare(workdir, force)
     kit = DemoKit(root=workdir, semantic=minilm_installed())
     stores = {name: cls.demo_store(kit) for name, cls in chosen.items()}
+    if writer is not None and hasattr(writer, "demo_stores"):
+        stores.update(writer.demo_stores(kit))
     # With the offline MiniLM model installed the demo embeds with it and enables the semantic level
     # (which decides only where a store holds enough chunks of other subjects: see verification-levels.md).
     config = init_deployment(workdir, stores, levels=SEMANTIC_LEVELS if kit.semantic else None)
     refs = [subject_name(i) for i in range(1, subjects + 1)]
     with Tombstone(config) as tomb:
         kit.tomb = tomb
-        order = fill_order(tomb, list(chosen))
+        order = fill_order(tomb, list(stores))
         for n, name in enumerate(order, 1):
             if progress is not None:
                 progress("fill", name, n, len(order))
@@ -345,12 +349,12 @@ def fill(tomb: Tombstone, store: str, refs: Sequence[str], *, kit: DemoKit | Non
     through ``writer`` (a ``VIAS`` module) where it has a part in the store."""
     cfg = tomb.config.stores[store]
     cls = adapter_class(cfg.backend)
-    if cls.demo_role not in ROLES:
-        raise ConfigError(f"the {cfg.backend} adapter has no demo")
     kit = kit or DemoKit(root=tomb.config.root)
     kit.tomb = tomb
     if writer is not None and writer.fill(kit, store, cfg.backend, cfg.options, list(refs)):
         return
+    if cls.demo_role not in ROLES:
+        raise ConfigError(f"the {cfg.backend} adapter has no demo")
     cls.demo_fill(kit, store, cfg.options, list(refs))
 
 

@@ -46,9 +46,11 @@ def init(home: str, lineage_dsn: str | None) -> None:
 @click.option("--erase", "erase_subject", default=None,
               help="Subject to erase (default: the first one); 'none' builds without erasing.")
 @click.option("--force", is_flag=True, help="Rebuild a directory a previous demo created.")
-@click.option("--via", default="wrappers", show_default=True, metavar="wrappers|langchain",
-              help="Write through the wrappers, or as a LangChain app: chunks through TombstoneVectorStore,"
-                   " cached answers from a RAG chain with the caches as LangChain's LLM cache.")
+@click.option("--via", default="wrappers", show_default=True, metavar="wrappers|langchain|llamaindex",
+              help="Write through the wrappers, or as a LangChain app (chunks through TombstoneVectorStore, cached"
+                   " answers from a RAG chain with the caches as LangChain's LLM cache), or as a LlamaIndex app"
+                   " (chunks as nodes through an ingestion pipeline with a cache into TombstoneLlamaVectorStore,"
+                   " the docstore and cache persisted in an added 'llamaindex' store).")
 def demo(workdir: str, backends: str | None, subjects: int, erase_subject: str | None, force: bool, via: str) -> None:
     """Build a small deployment through the wrappers, erase one subject, print the receipt summary."""
     from tombstone import demo as kit
