@@ -1,7 +1,8 @@
 """``tombstone mcp``: a Model Context Protocol server over one deployment, for agents that handle erasure requests.
 
 Tools: ``where`` (a subject's lineage graph), ``status``, ``erase``, ``receipt_show``, ``receipt_verify`` and
-``scan``; resources: each erased subject's receipt (``tombstone://receipts/{subject}``). Every tool opens the
+``scan``; resources: each erased subject's receipt (``tombstone://receipts/{subject}``) and the compliance report
+over the sealed receipts (``tombstone://report``). Every tool opens the
 deployment for its own call, so nothing is shared between calls but the server's confirmation secret.
 
 An erasure takes two calls. ``erase`` without ``confirm`` changes nothing: it returns what would be erased (every
@@ -196,6 +197,16 @@ def build_server(config_path: str | Path | None) -> Any:
         """A subject's last sealed receipt."""
         with opened() as tomb:
             return json.dumps(_receipt_of(tomb, subject)[0], indent=2, sort_keys=True)
+
+    @server.resource("tombstone://report", mime_type="application/json")
+    def report_resource() -> str:
+        """The compliance report over the deployment's sealed receipts (``tombstone report --config``): per
+        subject its outcome and what needs action, the chain's state, signatures checked against the
+        deployment's own key."""
+        from tombstone.report.command import make_report
+
+        return json.dumps(make_report([], config_path=str(config.path), key_path=None).as_json(), indent=2,
+                          sort_keys=True)
 
     return server
 

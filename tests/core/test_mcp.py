@@ -87,6 +87,7 @@ def test_an_agent_finds_dry_runs_confirms_erases_and_verifies(deployment):
             out["verify"] = result_of(await client.call_tool("receipt_verify", {"subject": "alice"}))
             out["show"] = result_of(await client.call_tool("receipt_show", {"subject": "alice"}))
             out["resource"] = await client.read_resource("tombstone://receipts/alice")
+            out["report"] = await client.read_resource("tombstone://report")
             out["status"] = result_of(await client.call_tool("status", {}))
             out["scan"] = result_of(await client.call_tool("scan", {"store": "docs"}))
             return out
@@ -102,6 +103,8 @@ def test_an_agent_finds_dry_runs_confirms_erases_and_verifies(deployment):
     assert out["verify"]["verified"] is True and out["verify"].get("file_matches_chain") is True
     assert out["show"]["receipt_hash"] == out["verify"]["receipt_hash"]
     assert json.loads(out["resource"].contents[0].text)["receipt_hash"] == out["verify"]["receipt_hash"]
+    report = json.loads(out["report"].contents[0].text)
+    assert report["signatures"]["checked"] is True and report["totals"]["subjects"] == 1 and not report["failures"]
     assert [s["subject"] for s in out["status"]["sagas"]] == ["alice"]
     assert out["scan"]["store"] == "docs" and "ids" not in out["scan"]
 
