@@ -13,6 +13,7 @@ filter on the flag inside the store.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -155,11 +156,30 @@ class TombstoneQdrant:
             result = self._run(lambda client: client.query_points(
                 self.collection, query=query, limit=limit, query_filter=merge_filter(query_filter), **kwargs))
             return self._shown(result.points, None)
+        # Asked for the limit plus twice the hidden points expected among them (the hidden share of the
+        # collection), and again for the limit plus every hidden id only when that left the answer short: each
+        # point asked for is built with its payload, which for thousands of hidden ids cost more than the search.
+        first = self._first_ask(limit, hidden)
         result = self._run(lambda client: client.query_points(
-            self.collection, query=query, limit=limit + len(hidden), query_filter=query_filter, **kwargs))
-        return self._shown(result.points, hidden, limit)
+            self.collection, query=query, limit=first, query_filter=query_filter, **kwargs))
+        shown = self._shown(result.points, hidden, limit)
+        if len(shown) < limit and len(result.points) == first and first < limit + len(hidden):
+            result = self._run(lambda client: client.query_points(
+                self.collection, query=query, limit=limit + len(hidden), query_filter=query_filter, **kwargs))
+            shown = self._shown(result.points, hidden, limit)
+        return shown
 
     search = query_points
+
+    def _first_ask(self, limit: int, hidden: frozenset[str]) -> int:
+        """``limit`` plus twice the hidden points expected among them, at least one more; the collection is
+        counted once per hidden set."""
+        if not hidden:
+            return limit
+        if getattr(self, "_count_for", None) is not hidden:
+            total = self._run(lambda client: client.count(self.collection, exact=True).count)
+            self._count_for, self._count = hidden, max(1, int(total))
+        return limit + max(1, math.ceil(2 * limit * min(1.0, len(hidden) / self._count)))
 
     def scroll(self, scroll_filter: models.Filter | None = None, limit: int = 10, offset=None, **kwargs):
         kwargs["with_payload"] = True

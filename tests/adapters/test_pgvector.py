@@ -155,6 +155,23 @@ def test_every_read_path_hides_ids_suppressed_in_the_lineage_db_before_the_colum
     assert {r["id"] for r in unwrapped.get(ids=mine)} == set(mine) and unwrapped.count() == 7
 
 
+def test_k_nearest_visible_rows_come_back_when_hidden_rows_outrank_them(ptomb, admin):
+    """The hidden ids are dropped after the query, not in its WHERE clause: the first ask is k plus the hidden
+    rows expected among k, and a query left short is asked again for k plus every hidden id. Whatever the
+    guess, the answer is the k nearest visible rows, as the raw store ranks them."""
+    mine = write(ptomb, admin, "alice", 30, texts=[text("invoice overdue")] * 30)  # identical: they outrank
+    theirs = write(ptomb, admin, "bob", 40, texts=[text(f"invoice overdue {n}") for n in range(40)])
+    ptomb.lineage.record_suppressions("e1", [ptomb.lineage.artifact("pg", i) for i in mine])
+    store = app(ptomb, admin)
+    q = [text("invoice overdue")]
+    got = store.search(query_texts=q, k=5)[0]
+    full = [r for r in store.search(query_texts=q, k=70, raw=True)[0] if r["id"] not in set(mine)][:5]
+    assert [r["id"] for r in got] and not {r["id"] for r in got} & set(mine)
+    assert [r["distance"] for r in got] == pytest.approx([r["distance"] for r in full], abs=1e-6)
+    assert len(got) == 5 and {r["id"] for r in got} <= set(theirs)
+    assert store.count() == 40 and {r["id"] for r in store.get(ids=mine + theirs[:3])} == set(theirs[:3])
+
+
 def test_plain_delete_control_heap_and_hnsw_then_reclaim(ptomb, admin):
     """Control: after a plain DELETE the vector is still in the heap and in the HNSW index relation, and
     the probe says so; after the reclaim neither the probe nor an independent read finds anything."""

@@ -306,6 +306,22 @@ def test_a_planted_pickle_is_not_run_by_erase(qtomb, tmp_path):
     assert not marker.exists()
 
 
+def test_k_nearest_visible_points_come_back_when_hidden_points_outrank_them(qtomb):
+    """The first ask is the limit plus the hidden points expected among it; a query left short is asked again
+    for the limit plus every hidden id: the answer is the k nearest visible points, as the raw client ranks them."""
+    same = text("invoice overdue")
+    mine = write(qtomb, "alice", 30, texts=[same] * 30)  # identical: they outrank everything else
+    theirs = write(qtomb, "bob", 40, start=100, texts=[f"{same} {n}" for n in range(40)])
+    qtomb.lineage.record_suppressions("e1", [qtomb.lineage.artifact("qd", i) for i in mine])
+    view = app(qtomb)
+    got = view.query_points(query_text=same, limit=5)
+    raw = local_client(path_of(qtomb)).query_points("chunks", query=HashingEmbedder(DIM).embed([same])[0].tolist(),
+                                                    limit=70, with_payload=True).points
+    expected = [p for p in raw if p.payload["tombstone_id"] not in set(mine)][:5]
+    assert len(got) == 5 and {p.payload["tombstone_id"] for p in got} <= set(theirs)
+    assert [p.score for p in got] == pytest.approx([p.score for p in expected], abs=1e-6)
+
+
 def test_writing_a_suppressed_id_again_keeps_it_hidden_until_the_erasure_ends(qtomb):
     ids = write(qtomb, "alice", 2)
     arts = [qtomb.lineage.artifact("qd", i) for i in ids]
