@@ -43,6 +43,7 @@ def replace(base: dict, **change) -> Findings:
 def test_rule_order_is_the_specs():
     assert [r.name for r in RULES] == [
         "scope_violation",
+        "retained",
         "not_suppressed",
         "dlq",
         "no_adapter",

@@ -228,4 +228,30 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         """,
     ),
+    (
+        12,
+        "erasure requests",
+        """
+        -- An erasure request as a compliance team records it (``tombstone request``): when it was received, by
+        -- when it must be answered (GDPR Art. 12(3): one month, extendable by two with a reason), the ground it
+        -- invokes and the stores whose records are kept under an Art. 17(3) exception (JSON: store, reason,
+        -- until). The subject is stored keyed, as in ``subjects``. ``answered_at`` and ``receipt_hash`` name the
+        -- receipt that answered it, once one did.
+        CREATE TABLE requests (
+            request_id       TEXT PRIMARY KEY,
+            subject_key      TEXT NOT NULL,
+            reference        TEXT,
+            received_on      TEXT NOT NULL,
+            due_on           TEXT NOT NULL,
+            extended_to      TEXT,
+            extension_reason TEXT,
+            basis            TEXT,
+            retentions       TEXT NOT NULL DEFAULT '[]',
+            created_at       TEXT NOT NULL,
+            answered_at      TEXT,
+            receipt_hash     TEXT
+        );
+        CREATE INDEX requests_subject ON requests (subject_key);
+        """,
+    ),
 )

@@ -16,7 +16,7 @@ import contextlib
 import os
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,9 @@ class Saga:
         """The file a continued saga was to write before the caller named another (its unsealed receipt, if
         one was written there, is removed once the new file is sealed)."""
         self.scope: dict[tuple[str, str], str] = {}
+        self.retained: dict[str, str] = {}
+        """Stores whose records an erasure request keeps under an exception (``tombstone.requests``), with why:
+        fixed in the plan, left untouched, and OUT_OF_SCOPE on the receipt."""
         self.continued = False
         """True when :meth:`start_artifacts` returned an unfinished saga of the same reference instead of a
         new one (run it, then start again)."""
@@ -265,13 +268,15 @@ class Saga:
                         saga.replaced_out_path = running["out_path"]
                         saga.out_path = stored
             return saga
-        preflight(ctx, {a.store for a, _ in scope}, allow_missing)
+        retained = retained_stores(ctx, key, {a.store for a, _ in scope})
+        preflight(ctx, {a.store for a, _ in scope} - set(retained), allow_missing)
         saga_id = str(uuid.uuid4())
         # The plan is journaled with the saga itself, in one transaction: the set of artifacts is fixed for
         # the saga's life, so a resume works on exactly what a clean run would have, even if the app
         # wrote more in between, and no crash can leave a saga without its plan.
         saga = cls(ctx, saga_id, subject, None, lock)
-        saga._creation = (out_path, {"artifacts": [[a.store, a.artifact_id, why] for a, why in scope]})
+        saga._creation = (out_path, {"artifacts": [[a.store, a.artifact_id, why] for a, why in scope],
+                                     **({"retained": retained} if retained else {})})
         if not defer_create:
             create_deferred(ctx, [saga])
         return saga
@@ -309,6 +314,7 @@ class Saga:
         if plan is None:
             raise SagaError(f"saga {self.saga_id} has no plan; it cannot be resumed")
         self.scope = {(store, aid): why for store, aid, why in plan["artifacts"]}
+        self.retained = dict(plan.get("retained") or {})
         artifacts = []
         known = self.lineage.artifacts_many((store, aid) for store, aid, _ in plan["artifacts"])
         for store, aid, _ in plan["artifacts"]:
@@ -438,11 +444,15 @@ class Saga:
         return physical.prepared(adapter, arts)
 
     def _verify(self, store: str, arts: list[ArtifactRecord], suppressed: dict[str, Any],
-                reclaimed: dict[str, Any]) -> dict[str, Any]:
+                reclaimed: dict[str, Any], retained: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Probe and decide ``arts``; those in ``retained`` (artifact id -> why) were left untouched under an
+        exception: no probe runs on them, the lattice makes them OUT_OF_SCOPE, they stay live."""
+        retained = retained or {}
+        probed = [a for a in arts if a.artifact_id not in retained]
         error = suppressed.get("error") or reclaimed.get("error")
         no_adapter = suppressed.get("no_adapter")
         verdicts: dict[str, runner.Verdict] = {}
-        if store != THIRD_PARTY_STORE and not (error or no_adapter):
+        if store != THIRD_PARTY_STORE and probed and not (error or no_adapter):
             verify_ctx = runner.VerifyContext(
                 call=lambda action: self._retrying(store, "verify", len(arts),  # the probes hold their adapter
                                                    lambda: self._locked(store, lambda _: action()), reopen=False),
@@ -457,7 +467,7 @@ class Saga:
                 reference=self.lineage.secret.artifact_ref,
             )
             try:
-                verdicts = runner.run(verify_ctx, self.ctx.adapter(store), arts)
+                verdicts = runner.run(verify_ctx, self.ctx.adapter(store), probed)
             except DeadLetterError as exc:
                 error = exc.error
         why = error or no_adapter or "not run"
@@ -467,7 +477,8 @@ class Saga:
         gaps = self.lineage.lineage_gaps(arts)
         incomplete = self.lineage.probes_incomplete(arts)
         for art in arts:
-            verdict = verdicts.get(art.artifact_id) or runner.Verdict(runner.not_run(why), runner.not_run(why))
+            skipped = f"retained by exception: {retained[art.artifact_id]}" if art.artifact_id in retained else why
+            verdict = verdicts.get(art.artifact_id) or runner.Verdict(runner.not_run(skipped), runner.not_run(skipped))
             third = self.lineage.third_party(art.artifact_id) if store == THIRD_PARTY_STORE else None
             findings = verdict.findings_for(
                 art.artifact_id,
@@ -478,6 +489,7 @@ class Saga:
                 suppressed=art.artifact_id in suppressed_ids,
                 dlq_error=error,
                 no_adapter=no_adapter,
+                retained=retained.get(art.artifact_id),
             )
             status = decide(findings)
             if status.kind is StatusKind.VERIFIED:
@@ -486,7 +498,7 @@ class Saga:
                                         "probes": runner.probe_records(verdict.reported)}
             if art.artifact_id in incomplete:
                 decided[art.artifact_id]["probe_capture"] = INCOMPLETE_CAPTURE
-        self.lineage.set_state(arts, "decided")
+        self.lineage.set_state(probed, "decided")
         # No query path returns these any more (the logical probe ran and passed): wrappers can stop
         # filtering them. Anything else stays hidden, e.g. after a failed reclaim or a slow managed delete.
         self.lineage.clear_suppressions([a for a in arts if verdicts.get(a.artifact_id) is not None
@@ -542,7 +554,8 @@ class Saga:
         self.receipt_path = out
         kill_point("saga:receipt:before-chain")
         row = (self.saga_id, self.lineage.subject_key(self.subject), receipt["receipt_hash"],
-               body["previous_receipt_hash"], data, [art for arts in groups.values() for art in arts])
+               body["previous_receipt_hash"], data,
+               [art for store, arts in groups.items() if store not in self.retained for art in arts])
         return receipt, row
 
     def _sealed(self) -> None:
@@ -677,6 +690,14 @@ def create_deferred(ctx: SagaContext, sagas: Sequence["Saga"], chunk: int = 256)
             kill_point("saga:create:done")
 
 
+def retained_stores(ctx: SagaContext, subject_key: str, stores: set[str]) -> dict[str, str]:
+    """The stores of ``stores`` whose records an erasure request keeps under an exception, with why."""
+    from tombstone.requests import Requests
+
+    today = ctx.clock().date()
+    return {store: why for store, why in Requests(ctx.lineage).retained(subject_key, today).items() if store in stores}
+
+
 def preflight(ctx: SagaContext, stores: set[str], allow_missing: frozenset[str] = frozenset()) -> None:
     """Open every store a new saga will touch; a config mistake stops it before anything changes.
 
@@ -797,10 +818,21 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
         total, done = len(STORE_STEPS) * len(stores) + 1, 0
 
         def arts_of(pending: list[Saga], store: str) -> list[ArtifactRecord]:
-            return [a for s in pending for a in plans[s.saga_id][store]]
+            """The store's artifacts of the sagas that erase them (not those a request keeps there)."""
+            return [a for s in pending if store not in s.retained for a in plans[s.saga_id][store]]
 
         def previous(pending: list[Saga], step: str, store: str) -> dict[str, Any]:
-            return pending[0].step_result(step, store) or {}
+            erasing = [s for s in pending if store not in s.retained]
+            return erasing[0].step_result(step, store) or {} if erasing else {}
+
+        def keeping(act: Callable[[list[Saga]], dict[str, Any]], store: str) -> Callable[[list[Saga]], dict[str, Any]]:
+            """``act`` for the sagas that erase the store's records; the others journal that they kept them."""
+            def run(pending: list[Saga]) -> dict[str, Any]:
+                erasing = [s for s in pending if store not in s.retained]
+                out = act(erasing) if erasing else {}
+                return {**out, **{s.saga_id: {"recorded": False, "retained": s.retained[store]}
+                                  for s in pending if store in s.retained}}
+            return run
 
         def snapshot(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
             def act(pending: list[Saga]) -> dict[str, Any]:
@@ -836,8 +868,11 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
 
         def verify(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
             def act(pending: list[Saga]) -> dict[str, Any]:
-                result = lead._verify(store, arts_of(pending, store), previous(pending, "suppress", store),
-                                      previous(pending, "reclaim", store))
+                kept = {a.artifact_id: s.retained[store] for s in pending if store in s.retained
+                        for a in plans[s.saga_id][store]}
+                result = lead._verify(store, [a for s in pending for a in plans[s.saga_id][store]],
+                                      previous(pending, "suppress", store), previous(pending, "reclaim", store),
+                                      retained=kept)
                 return {s.saga_id: {"artifacts": {a.artifact_id: result["artifacts"][a.artifact_id]
                                                   for a in plans[s.saga_id][store]}} for s in pending}
             return act
@@ -852,7 +887,8 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
             for step, make in (("snapshot", snapshot), ("suppress", suppress), ("reclaim", reclaim),
                                ("verify", verify)):
                 for store in stores:
-                    run_step([s for s in sagas if store in plans[s.saga_id]], step, store, make(store))
+                    act = make(store) if step == "verify" else keeping(make(store), store)
+                    run_step([s for s in sagas if store in plans[s.saga_id]], step, store, act)
                     done += 1
                     if lead.progress:
                         lead.progress(step, store, done, total)

@@ -5,6 +5,7 @@ cannot be checked physically (rule 5) is decided *before* a physical failure or 
 considered, so it shows up UNVERIFIED and never VERIFIED by omission.
 
 1. scope_violation       raise ScopeViolationError
+   retained              OUT_OF_SCOPE(retained by exception: why)   (kept under an Art. 17(3) exception: untouched)
 2. not_suppressed        raise NotSuppressedError (no durable suppression record)
    dlq                   UNVERIFIED(dlq: last error)
    no_adapter            UNVERIFIED(no adapter)
@@ -128,6 +129,9 @@ class Findings:
     """What is missing, when the lineage graph around the artifact is incomplete."""
     third_party: str | None = None
     """Who received a copy, when the artifact left for a third party."""
+    retained: str | None = None
+    """Why, when an erasure request keeps the artifact's store under an exception (``tombstone.requests``):
+    the erasure left it untouched and no probe ran on it."""
     duplicate_content: str | None = None
     """Set when the id is gone but its content bytes belong to another live artifact."""
     semantic_not_testable: str | None = None
@@ -198,6 +202,11 @@ AGAIN = "run 'tombstone erase' for the subject again"
 
 RULES: tuple[Rule, ...] = (
     Rule("scope_violation", lambda f: f.scope_violation is not None, _raise_scope),
+    Rule(
+        "retained",
+        lambda f: f.retained is not None,
+        lambda f: Status(StatusKind.OUT_OF_SCOPE, reason=f"retained by exception: {f.retained}", rule="retained"),
+    ),
     Rule("not_suppressed", lambda f: not f.suppressed, _raise_not_suppressed),
     Rule(
         "dlq",
@@ -277,8 +286,8 @@ def _decision_key(f: Findings) -> tuple[Any, ...]:
             outcomes.append((True, outcome.passed, outcome.measurement))
         else:
             outcomes.append((False, outcome.why, bool(getattr(outcome, "ceiling", False))))
-    return (f.dlq_error, f.no_adapter, f.lineage_gap, f.third_party, f.duplicate_content, f.semantic_not_testable,
-            len(f.probes), *outcomes)
+    return (f.retained, f.dlq_error, f.no_adapter, f.lineage_gap, f.third_party, f.duplicate_content,
+            f.semantic_not_testable, len(f.probes), *outcomes)
 
 
 _DECIDED: dict[tuple[Any, ...], Status] = {}
