@@ -39,6 +39,11 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                " --out report.html"),
     "serve": ("a read-only page over the deployment on this machine", "tombstone serve --port 8765"),
     "mcp": ("serve the deployment to an agent over stdio", "tombstone mcp --config tombstone.toml"),
+    "request add": ("record a request received on 20 November, keeping the invoices archive by law",
+                    "tombstone request add user-42 --received 2026-11-20 --retain 'archive:tax law:2033-12-31'"),
+    "request extend": ("move a request's deadline by two months, saying why",
+                       "tombstone request extend R-0001 --months 2 --reason 'several systems to search'"),
+    "request list": ("every request and its deadline; exit 1 while one is overdue", "tombstone request list"),
 }
 
 
