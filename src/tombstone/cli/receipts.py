@@ -35,10 +35,21 @@ def _trusted_key(key: str | None, config_path: str | None):
 @click.option("--key", type=click.Path(dir_okay=False), default=None,
               help="The operator's published Ed25519 public key (PEM) to trust. Without it: the key of the"
                    " deployment named by --config or $TOMBSTONE_CONFIG.")
+@click.option("--countersignature", "countersignature", type=click.Path(dir_okay=False), default=None,
+              help="An auditor's counter-signature of the receipt ('tombstone audit --sign-with') to check too.")
+@click.option("--auditor", "auditor", type=click.Path(dir_okay=False), default=None,
+              help="The auditor's published signing key (auditor-signing.pub) the counter-signature must verify"
+                   " with.")
 @CONFIG_OPTION
-def receipt_verify(file: str, key: str | None, config_path: str | None) -> None:
-    """Check a receipt's schema, hash and signature against a key you trust; exit 1 on any alteration."""
+def receipt_verify(file: str, key: str | None, countersignature: str | None, auditor: str | None,
+                   config_path: str | None) -> None:
+    """Check a receipt's schema, hash and signature against a key you trust; exit 1 on any alteration. With
+    --countersignature and --auditor, also the auditor's counter-signature of it."""
     from tombstone.receipt import load_receipt, verify
+
+    if bool(countersignature) != bool(auditor):
+        raise ConfigError("--countersignature and --auditor go together: the counter-signature and the auditor key"
+                          " you trust to have made it")
 
     data = load_receipt(file)
     trusted = _trusted_key(key, config_path)
@@ -51,6 +62,25 @@ def receipt_verify(file: str, key: str | None, config_path: str | None) -> None:
     echo(f"  signed by: {result.key_id}")
     echo(f"  previous:  {result.previous_receipt_hash or '(first receipt of the chain)'}")
     echo(f"  trusted:   {trusted.describe()}")
+    if countersignature:
+        from tombstone.keys import load_public_key
+        from tombstone.receipt.countersign import verify_countersignature
+        from tombstone.receipt.signing import parse_strict
+        from tombstone.fsutil import read_regular_file
+
+        auditor_key = load_public_key(Path(auditor))
+        try:
+            cs = parse_strict(read_regular_file(countersignature, 1 << 24).decode("utf-8"), countersignature)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ReceiptError(f"cannot read {countersignature}: {getattr(exc, 'strerror', None) or exc}") from exc
+        try:
+            verify_countersignature(cs, data, auditor_key)
+        except ReceiptError as exc:
+            raise ReceiptError(f"{countersignature}: {exc}") from exc
+        echo(f"OK {countersignature}")
+        echo(f"  audited:   {cs['audited_at']} by {cs['signature']['key_id']} (the key you trust, {auditor})")
+        echo(f"  verdict:   {cs['verdict']} ({sum(a['verdict'] == 'agree' for a in cs['artifacts'])} of"
+             f" {len(cs['artifacts'])} artifacts re-checked and agreeing)")
 
 
 @receipt.command("show")

@@ -30,15 +30,38 @@ from tombstone.cli.base import CONFIG_OPTION, EXIT_ACTION_NEEDED, EXIT_FAILED, E
 @click.option("--auditor-key", "auditor_key", type=click.Path(dir_okay=False), default=None,
               help="Your auditor private key (from 'tombstone auditor-key'): opens the content patterns the receipt"
                    " sealed to you, so the probes search for content as well as ids.")
+@click.option("--sign-with", "sign_with", type=click.Path(dir_okay=False), default=None,
+              help="Your auditor private key: counter-sign what this audit found, with the signing key derived from"
+                   " it (its public half is auditor-signing.pub, beside the key).")
+@click.option("--countersignature", "cs_out", type=click.Path(dir_okay=False), default=None,
+              help="Where --sign-with writes the counter-signature (default: RECEIPT-NAME.countersignature.json"
+                   " in the current folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def audit_cmd(file: str, config_path: str | None, key: str | None, trust_config: bool, previous: tuple[str, ...],
-              anchor: str | None, auditor_key: str | None, as_json: bool) -> None:
+              anchor: str | None, auditor_key: str | None, sign_with: str | None, cs_out: str | None,
+              as_json: bool) -> None:
     """Independently re-probe, read-only, the stores a receipt names, without the lineage db; exit 1 on any
-    contradiction, 4 when a claim could not be re-checked."""
+    contradiction, 4 when a claim could not be re-checked. With --sign-with, counter-sign the findings."""
     from tombstone.audit import AGREE, CONTRADICTED, NOT_RUN_FRAGMENTS, UNCHECKED, audit
 
+    signer = out_path = None
+    if sign_with:  # the key and the destination are checked before anything is probed
+        from tombstone.inputs import check_out_path
+        from tombstone.receipt.countersign import signing_key
+
+        signer = signing_key(sign_with)
+        out_path = Path(cs_out or f"{Path(file).stem}.countersignature.json")
+        check_out_path(str(out_path), "--countersignature")
     report = audit(file, config_path=config_path, key_path=key, previous=previous, anchor=anchor,
                    auditor_key_path=auditor_key, trust_config=trust_config)
+    if signer is not None:
+        from tombstone.fsutil import write_atomic
+        from tombstone.receipt import load_receipt
+        from tombstone.receipt.countersign import countersign
+
+        data = load_receipt(file) if report.integrity == "ok" else {}
+        write_atomic(out_path, (json.dumps(countersign(report, data, signer), indent=2, sort_keys=True) + "\n").encode())
+        out_path.chmod(0o644)
     if as_json:
         echo(json.dumps(report.as_json(), indent=2))
     else:
@@ -57,6 +80,8 @@ def audit_cmd(file: str, config_path: str | None, key: str | None, trust_config:
             named = [r.artifact_id for r in report.rows if r.verdict == verdict]
             if named:
                 echo(f"{label}: {', '.join(named)}")
+    if signer is not None and not as_json:
+        echo(f"counter-signature: {out_path} (verdict {report.verdict})")
     if report.verdict == CONTRADICTED:
         sys.exit(EXIT_FAILED)
     if report.verdict == UNCHECKED:
@@ -250,9 +275,13 @@ def auditor_key_cmd(directory: str) -> None:
     """Create an auditor key pair: keep auditor.key, give auditor.pub to the operator for auditor_keys."""
     from tombstone.receipt.sealing import create_auditor_keys, key_id, load_public
 
+    from tombstone.receipt.countersign import SIGNING_PUBLIC, write_signing_public
+
     private, public = create_auditor_keys(directory)
-    echo(f"private key: {private}  (keep it: it opens the content patterns sealed to you)")
+    signing = write_signing_public(private, Path(directory) / SIGNING_PUBLIC)
+    echo(f"private key: {private}  (keep it: it opens the content patterns sealed to you and signs your audits)")
     echo(f"public key:  {public}  ({key_id(load_public(public))}; the operator lists it under auditor_keys)")
+    echo(f"signing key: {signing}  (publish it: anyone checks your counter-signatures with it)")
 
 
 @main.command("backends")
