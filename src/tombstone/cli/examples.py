@@ -22,6 +22,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "dlq retry": ("erase again every subject with an open dead letter", "tombstone dlq retry"),
     "receipt verify": ("check a receipt against the operator's published key",
                        "tombstone receipt verify receipts/user-42.json --key keys/signing.pub"),
+    "receipt certificate": ("a printable certificate of sanitization from a verified receipt, as HTML and PDF",
+                            "tombstone receipt certificate receipts/user-42.json --key keys/signing.pub --pdf user-42.pdf"),
     "receipt show": ("read a receipt as tables (not verified)", "tombstone receipt show receipts/user-42.json"),
     "receipt head": ("the chain's head, to publish", "tombstone receipt head"),
     "receipt list": ("the sealed receipts of one subject", "tombstone receipt list --subject user-42"),

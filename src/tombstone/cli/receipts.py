@@ -83,6 +83,58 @@ def receipt_verify(file: str, key: str | None, countersignature: str | None, aud
              f" {len(cs['artifacts'])} artifacts re-checked and agreeing)")
 
 
+@receipt.command("certificate")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--key", type=click.Path(dir_okay=False), default=None,
+              help="The operator's published public key to verify the receipt with first (default: the key of the"
+                   " deployment named by --config or $TOMBSTONE_CONFIG).")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the HTML certificate (default: RECEIPT-NAME.certificate.html here).")
+@click.option("--pdf", "pdf", type=click.Path(dir_okay=False), default=None,
+              help="Also print it to this PDF, with the installed Chromium.")
+@click.option("--operator", default=None, help="Who performed the erasure (name, role), as it should read.")
+@click.option("--countersignature", default=None, type=click.Path(dir_okay=False),
+              help="An auditor's counter-signature of the receipt, shown as the validation once it verifies.")
+@click.option("--auditor", default=None, type=click.Path(dir_okay=False),
+              help="The auditor's published signing key (auditor-signing.pub) for --countersignature.")
+@CONFIG_OPTION
+def receipt_certificate(file: str, key: str | None, out: str | None, pdf: str | None, operator: str | None,
+                        countersignature: str | None, auditor: str | None, config_path: str | None) -> None:
+    """A one-page certificate of sanitization (NIST SP 800-88 Appendix G) derived from a receipt that verifies."""
+    from tombstone.fsutil import read_regular_file, write_atomic
+    from tombstone.inputs import check_out_path
+    from tombstone.receipt import load_receipt, verify
+    from tombstone.receipt.certificate import render, to_pdf
+
+    if bool(countersignature) != bool(auditor):
+        raise ConfigError("--countersignature and --auditor go together")
+    target = Path(out or f"{Path(file).stem}.certificate.html")
+    check_out_path(str(target), "--out")
+    if pdf:
+        check_out_path(pdf, "--pdf")
+    data = load_receipt(file)
+    trusted = _trusted_key(key, config_path)
+    try:
+        result = verify(data, trusted.key)
+    except ReceiptError as exc:
+        raise ReceiptError(f"{file}: {exc} (checked against {trusted.describe()}); no certificate written") from exc
+    cs = None
+    if countersignature:
+        from tombstone.keys import load_public_key
+        from tombstone.receipt.countersign import verify_countersignature
+        from tombstone.receipt.signing import parse_strict
+
+        cs = verify_countersignature(parse_strict(read_regular_file(countersignature, 1 << 24).decode("utf-8"),
+                                                  countersignature), data, load_public_key(Path(auditor)))
+    page = render(data, verified=result, trusted=trusted.describe(), operator=operator, countersignature=cs,
+                  auditor=auditor)
+    write_atomic(target, page.encode("utf-8"))
+    target.chmod(0o644)
+    echo(f"certificate: {target}")
+    if pdf:
+        echo(f"pdf:         {to_pdf(page, Path(pdf))}")
+
+
 @receipt.command("show")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the receipts as JSON instead of tables.")
