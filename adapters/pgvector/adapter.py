@@ -14,6 +14,7 @@ import hashlib
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -222,8 +223,10 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
                                  (self.table.as_string(self.conn),)).fetchone()[0]
 
     def reclaim(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
-        deleted = self.conn.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(self.table, self.c["id"]),
-                                    (self._ids(artifacts),)).rowcount
+        with self.conn.transaction():
+            deleted = self.conn.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(self.table, self.c["id"]),
+                                        (self._ids(artifacts),)).rowcount
+            xid = int(self.conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
         if not self._may_maintain():
             raise ReclaimUnavailableError(
                 f"deleted {deleted} row(s), but role {self.role} may not VACUUM, REINDEX or ANALYZE"
@@ -231,6 +234,17 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
                 " (or ownership of the table)", store=self.store)
         steps = ["DELETE"]
         kill_point("reclaim:pgvector:after-delete")
+        # VACUUM FULL copies a deleted row to the new file while any transaction that could still see it runs
+        # (one that began before the DELETE committed: another session's ANALYZE, a probe, a reader): wait,
+        # bounded, until none of this database's other sessions holds a snapshot or an id that old.
+        held = self._older_sessions(xid)
+        deadline = time.monotonic() + float(self.options.get("lock_wait", STORE_LOCK_WAIT))
+        while held and time.monotonic() < deadline:
+            time.sleep(0.05)
+            held = self._older_sessions(xid)
+        if held:
+            steps.append(f"{len(held)} other session(s) kept a snapshot from before the DELETE ({', '.join(held)}):"
+                         " VACUUM FULL may keep the rows they can still see")
         # VACUUM FULL writes the table into a new file and builds every index of it from the rows it copied, the
         # HNSW graph included: no index keeps a deleted row's vector after it, and a REINDEX before it would
         # build the graph twice (the costliest statement here, growing with the table). REINDEX runs only
@@ -260,6 +274,16 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
                 steps.append(f"empty table: old planner statistics could not be deleted ({exc.sqlstate})")
         return {"steps": steps, "deleted": deleted, "vacuum_full": vacuum_full, "maintenance_work_mem": work_mem,
                 "checkpoint": self._checkpoint(), "credit": "REINDEX + VACUUM idea: the vector-forget project"}
+
+    def _older_sessions(self, xid8: int) -> list[str]:
+        """Other sessions of this database whose snapshot or transaction began before transaction ``xid8``
+        committed (``pid state``)."""
+        rows = self.conn.execute(
+            "SELECT pid, state FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND ((backend_xmin IS NOT NULL AND age(backend_xmin) >= age(%s::text::xid))"
+            " OR (backend_xid IS NOT NULL AND age(backend_xid) >= age(%s::text::xid)))",
+            (str(xid8 % 2**32), str(xid8 % 2**32))).fetchall()
+        return [f"pid {pid} {state}" for pid, state in rows]
 
     @contextlib.contextmanager
     def _maintenance_memory(self) -> Iterator[str]:
