@@ -3,7 +3,9 @@ set): conformance, controls (dead tuples, HNSW index, planner statistics), recla
 
 from __future__ import annotations
 
+import json
 import os
+import time
 import uuid
 import zlib
 from unittest import mock
@@ -170,6 +172,50 @@ def test_k_nearest_visible_rows_come_back_when_hidden_rows_outrank_them(ptomb, a
     assert [r["distance"] for r in got] == pytest.approx([r["distance"] for r in full], abs=1e-6)
     assert len(got) == 5 and {r["id"] for r in got} <= set(theirs)
     assert store.count() == 40 and {r["id"] for r in store.get(ids=mine + theirs[:3])} == set(theirs[:3])
+
+
+def test_the_vacuum_waits_for_a_snapshot_from_before_the_delete_and_names_one_that_outlasts_it(tmp_path, dsn, admin):
+    """VACUUM FULL copies a deleted row into the new file while another session could still see it. The reclaim
+    waits for such sessions: one that ends within the wait costs nothing (VERIFIED); one that outlasts it
+    (bounded by ``lock_wait``) is named in the reclaim's steps and the probe finds the rows it kept (RESIDUAL,
+    the control): never VERIFIED by omission."""
+    import threading
+
+    table = f"chunks_{uuid.uuid4().hex[:10]}"
+    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
+                                                          "lock_wait": 4}})
+    PgVectorStore(admin, table, dim=DIM)
+    with Tombstone(config, clock=FrozenClock()) as tomb:
+        for subject in ("alice", "bob", "carol"):
+            PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM)).add(
+                [f"{subject}-row-{i}" for i in range(3)], documents=[text(f"{subject}-{i}") for i in range(3)],
+                subject=subject)
+
+        def holding(seconds: float) -> threading.Event:
+            """Another session with a snapshot taken now, kept for ``seconds``."""
+            ready = threading.Event()
+
+            def hold() -> None:
+                with psycopg.connect(dsn) as conn:
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                    conn.execute("SELECT 1").fetchone()  # the snapshot, and no lock on the table
+                    ready.set()
+                    time.sleep(seconds)
+                    conn.rollback()
+
+            threading.Thread(target=hold, daemon=True).start()
+            assert ready.wait(30)
+            return ready
+
+        holding(0.8)  # ends within the wait
+        receipt, _ = tomb.erase("alice")
+        assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+        assert "kept a snapshot" not in json.dumps([a["evidence"]["reclaim"] for a in receipt["artifacts"]])
+        holding(12)  # outlasts the 4 s wait
+        receipt, _ = tomb.erase("bob")
+        reclaim = json.dumps(receipt["artifacts"][0]["evidence"]["reclaim"])
+        assert "1 other session(s) kept a snapshot from before the DELETE" in reclaim, reclaim
+        assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("RESIDUAL", "physical")}
 
 
 def test_plain_delete_control_heap_and_hnsw_then_reclaim(ptomb, admin):
