@@ -136,7 +136,7 @@ class Tombstone:
                                    has_store=lambda store: store in config.stores,
                                    receipts_dir=config.receipts_dir,
                                    auditors=tuple(load_auditor_key(path) for path in config.auditor_keys),
-                                   scan_store=self.scan_store, reopen=self.reopen)
+                                   scan_store=self.scan_store, reopen=self.reopen, backups=config.backups)
         """What sagas of this deployment work through."""
 
     @classmethod

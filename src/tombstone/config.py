@@ -41,6 +41,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import tomli_w
@@ -93,6 +94,9 @@ class Config:
     """The verification levels the saga runs (``DEFAULT_LEVELS`` unless configured)."""
     auditor_keys: tuple[Path, ...] = ()
     """Auditors' public keys; receipts seal content patterns to each (``tombstone.receipt.sealing``)."""
+    backups: tuple["BackupConfig", ...] = ()
+    """Declared copies of stores (backups, replicas, snapshots) that an erasure cannot reach: each receipt says
+    which of them still hold the subject, and until when (``[backups.NAME]``)."""
 
     @property
     def lineage_target(self) -> str | Path:
@@ -102,6 +106,53 @@ class Config:
     @property
     def root(self) -> Path:
         return self.path.parent
+
+
+@dataclass(frozen=True)
+class BackupConfig:
+    """A declared copy of some stores: ``[backups.NAME]`` with ``stores``, ``retention_days`` and ``where``."""
+
+    name: str
+    stores: tuple[str, ...]
+    retention_days: int
+    where: str
+    kind: str = "backup"
+
+
+BACKUP_KINDS = ("backup", "snapshot", "replica", "archive")
+
+
+def _backups(path: Path, data: Any, stores: Mapping[str, Any]) -> tuple[BackupConfig, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: [backups] must be a table of [backups.NAME] tables")
+    out = []
+    for name, body in data.items():
+        where = f"{path}: [backups.{name}]"
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where} must be a table")
+        unknown = sorted(set(body) - {"stores", "retention_days", "where", "kind"})
+        if unknown:
+            raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)} (stores, retention_days, where, kind)")
+        named = body.get("stores")
+        if not (isinstance(named, list) and named and all(isinstance(s, str) for s in named)):
+            raise ConfigError(f"{where} needs stores = [...], the configured stores it copies")
+        missing = [s for s in named if s not in stores]
+        if missing:
+            raise ConfigError(f"{where} copies store(s) {', '.join(missing)}, which are not configured")
+        days = body.get("retention_days")
+        if isinstance(days, bool) or not isinstance(days, int) or days < 1:
+            raise ConfigError(f"{where} needs retention_days = N (whole days each copy is kept, at least 1)")
+        place = body.get("where")
+        if not isinstance(place, str) or not place.strip():
+            raise ConfigError(f'{where} needs where = "..." (where the copies are kept, as an operator finds them)')
+        kind = body.get("kind", "backup")
+        if kind not in BACKUP_KINDS:
+            raise ConfigError(f"{where}: kind must be one of {', '.join(BACKUP_KINDS)}")
+        out.append(BackupConfig(name=str(name), stores=tuple(dict.fromkeys(named)), retention_days=days,
+                                where=place.strip(), kind=kind))
+    return tuple(out)
 
 
 def positive_int(options: Any, key: str, default: int, store: str) -> int:
@@ -189,6 +240,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         keys_dir=_resolve(root, section.get("keys_dir", "keys"), "tombstone.keys_dir"),
         receipts_dir=_resolve(root, section.get("receipts_dir", "receipts"), "tombstone.receipts_dir"),
         stores=stores,
+        backups=_backups(path, data.get("backups"), stores),
     )
 
 

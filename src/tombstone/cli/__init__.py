@@ -11,7 +11,7 @@ from __future__ import annotations
 from tombstone.cli.base import (CONFIG_OPTION, EXIT_ACTION_NEEDED, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED,
                                 EXIT_OK, EXIT_UNCHECKED, echo, main)
 from tombstone.cli.output import format_receipt, store_lines
-from tombstone.cli import agents, erasure, receipts, requests, stores  # noqa: F401  (each registers its commands on main)
+from tombstone.cli import agents, backups, erasure, receipts, requests, stores  # noqa: F401  (each registers its commands on main)
 from tombstone.cli.examples import add_examples
 
 add_examples(main)

@@ -45,6 +45,10 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                     "tombstone request add user-42 --received 2026-11-20 --retain 'archive:tax law:2033-12-31'"),
     "request extend": ("move a request's deadline by two months, saying why",
                        "tombstone request extend R-0001 --months 2 --reason 'several systems to search'"),
+    "backups due": ("declared copies still holding erased subjects; exit 1 while an expired one waits for its"
+                    " re-check", "tombstone backups due"),
+    "backups recheck": ("probe a restored copy for what a receipt erased, and seal the result",
+                        "tombstone backups recheck user-42 --backup nightly --restored /restore/docs.db"),
     "request list": ("every request and its deadline; exit 1 while one is overdue", "tombstone request list"),
 }
 

@@ -71,7 +71,8 @@ def summary(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, finished_at: str,
                  entries: Sequence[Mapping[str, Any]], previous_receipt_hash: str | None,
                  statement: str | None = None, kind: str = RECEIPT_KIND,
-                 store_reclaim: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 store_reclaim: Mapping[str, Any] | None = None, backups: Sequence[Mapping[str, Any]] = (),
+                 backup_recheck: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The body that is hashed and signed: everything but ``receipt_hash`` and ``signature``. ``kind`` is
     ``RECEIPT_KIND`` for a subject's erasure, ``SOURCE_RECEIPT_KIND`` for named records of a source,
     ``STORE_RECLAIM_KIND`` for a whole store's reclaim (whose ``store_reclaim`` section says what was done
@@ -96,6 +97,10 @@ def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, 
         body["statement"] = statement
     if store_reclaim is not None:
         body["store_reclaim"] = dict(store_reclaim)
+    if backups:
+        body["backups"] = [dict(b) for b in backups]
+    if backup_recheck is not None:
+        body["backup_recheck"] = dict(backup_recheck)
     return body
 
 

@@ -33,7 +33,10 @@ LangChain indexing cleanups and vector-store deletes write one per source."""
 STORE_RECLAIM_KIND = "tombstone.store-reclaim-receipt"
 """A whole store's reclaim (``tombstone reclaim --store``): what the store's own client had already deleted,
 with the scan's counts before and after; no subject, no artifacts."""
-RECEIPT_KINDS = (RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND)
+BACKUP_RECHECK_KIND = "tombstone.backup-recheck-receipt"
+"""A re-check of a declared backup restored after it expired: the erased subject's, no artifacts, a
+``backup_recheck`` section (``tombstone backups recheck``)."""
+RECEIPT_KINDS = (RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND, BACKUP_RECHECK_KIND)
 
 
 @lru_cache(maxsize=1)

@@ -27,7 +27,7 @@ from tombstone.errors import ConfigError, ReceiptError
 from tombstone.keys import key_id
 from tombstone.receipt.canonical import body_hash
 from tombstone.receipt.model import Receipt
-from tombstone.receipt.signing import parse_strict, read_receipt, verify
+from tombstone.receipt.signing import BACKUP_RECHECK_KIND, parse_strict, read_receipt, verify
 from tombstone.report.explain import Explanation, explain
 from tombstone.verify.levels import Level, StatusKind
 from tombstone.version import __version__
@@ -487,8 +487,23 @@ def build_report(sources: Sequence[Source], *, key: Ed25519PublicKey | None, key
         by_subject.setdefault(view.receipt.subject, []).append(view)
     subjects = []
     for subject, mine in by_subject.items():
-        latest, earlier = mine[-1], list(reversed(mine[:-1]))
+        # a backup re-check is a follow-up of an erasure, not the subject's outcome: it is reported with it
+        erasures = [v for v in mine if v.receipt.kind != BACKUP_RECHECK_KIND] or mine
+        latest = erasures[-1]
+        earlier = [v for v in reversed(mine) if v is not latest]
         outcome, state, actions = _outcome(latest, key is not None)
+        rechecks: dict[tuple[str, str], dict[str, Any]] = {}  # the last re-check of each copy and store
+        for view in mine:
+            section = view.receipt.data.get("backup_recheck")
+            if not view.integrity.failed and section and section.get("of_receipt") == latest.receipt.data.get("receipt_hash"):
+                rechecks[(section["backup"], section["store"])] = section
+        for section in rechecks.values():
+            outcome += f" Re-check of {section['backup']} ({section['store']}) restored: {section['result']}."
+            if section["result"] != "absent" and state == "done":
+                state = "action"
+            if section["result"] == "found":
+                actions = [*actions, f"a restored copy of {section['backup']} still holds erased records: keep it"
+                                     " out of service until its rotation overwrites it, or delete it"]
         subjects.append(SubjectReport(subject, latest, earlier, outcome, state, actions))
     rank = {"failed": 0, "action": 1, "done": 2}
     subjects.sort(key=lambda s: (rank[s.state], s.latest.receipt.sequence))

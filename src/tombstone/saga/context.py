@@ -67,6 +67,9 @@ class SagaContext:
     has no scan: what a store reclaim counts before and after."""
     reopen: Callable[[str], None] = lambda store: None
     """Close a store's adapter so the next use opens it again (after a recipe rewrote the store's files)."""
+    backups: tuple[Any, ...] = ()
+    """The deployment's declared copies (``tombstone.config.BackupConfig``): each erasure receipt lists those
+    that still hold the subject, and until when."""
 
 
 __all__ = ["RetryPolicy", "SagaContext"]

@@ -42,7 +42,7 @@ from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.receipt.signing import signed
 from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
-from tombstone.receipt.signing import RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND
+from tombstone.receipt.signing import BACKUP_RECHECK_KIND, RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND
 from tombstone.receipt.files import file_name_key, numbered, receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
@@ -227,6 +227,28 @@ class Saga:
                 "statement": f"store {store}: the reclaim recipe applied to the whole store, for what its own"
                              " client had already deleted; no subject's records were named"})
             return cls(ctx, saga_id, reference, stored, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def start_backup_recheck(cls, owner: Any, subject: str, section: dict[str, Any], statement: str,
+                             wait: float = 0.0) -> "Saga":
+        """A follow-up of a subject's erasure: what the physical probe found in a restored copy of a declared
+        backup (``tombstone.backups``), sealed in the subject's chain as a receipt of kind
+        ``BACKUP_RECHECK_KIND`` with no artifacts and its ``backup_recheck`` section. Nothing is touched."""
+        ctx = _context(owner)
+        subject = _normal(subject)
+        key = ctx.lineage.subject_key(subject)
+        lock = SubjectLock(ctx.lineage, key)
+        lock.acquire(subject=subject, wait=wait)
+        try:
+            if ctx.lineage.running_saga(key) is not None:
+                raise SagaError(f"an erasure of {shown(subject)} is under way: finish it ('tombstone resume') first")
+            saga_id = str(uuid.uuid4())
+            stored = create_saga(ctx, saga_id, subject, None, plan={
+                "artifacts": [], "kind": BACKUP_RECHECK_KIND, "statement": statement, "backup_recheck": section})
+            return cls(ctx, saga_id, subject, stored, lock)
         except BaseException:
             lock.release()
             raise
@@ -534,11 +556,15 @@ class Saga:
             store_reclaim = {"store": store, **(self.step_result("reclaim-store", store) or {}),
                              "before": self.step_result("scan-before", store).get("scan"),
                              "after": self.step_result("scan-after", store).get("scan")}
+        finished = self.ctx.clock()
+        kind = plan.get("kind") or RECEIPT_KIND
         body = receipt_body(subject=self.subject, saga_id=self.saga_id, sequence=(head[0] if head else 0) + 1,
-                            started_at=saga["started_at"], finished_at=iso(self.ctx.clock()), entries=entries,
+                            started_at=saga["started_at"], finished_at=iso(finished), entries=entries,
                             previous_receipt_hash=head[1] if head else None,
                             statement=plan.get("statement") or (None if entries else NOTHING_RECORDED),
-                            kind=plan.get("kind") or RECEIPT_KIND, store_reclaim=store_reclaim)
+                            kind=kind, store_reclaim=store_reclaim,
+                            backups=declared_copies(self.ctx.backups, entries, finished) if kind == RECEIPT_KIND else (),
+                            backup_recheck=plan.get("backup_recheck"))
         receipt, data = signed(body, self.ctx.signer())
         out = self._destination()
         # The file is written before the chain row: if the process dies in between, the saga is
@@ -688,6 +714,14 @@ def create_deferred(ctx: SagaContext, sagas: Sequence["Saga"], chunk: int = 256)
         for s, out in zip(part, stored):
             s.out_path, s._creation = out, None
             kill_point("saga:create:done")
+
+
+def declared_copies(backups: Sequence[Any], entries: Sequence[Mapping[str, Any]], finished: Any) -> list[dict[str, Any]]:
+    """Each declared copy of a store that held erased records of this receipt, and the day its last copy from
+    before the erasure expires (``tombstone.backups``)."""
+    from tombstone.backups import receipt_section
+
+    return receipt_section(backups, entries, finished)
 
 
 def retained_stores(ctx: SagaContext, subject_key: str, stores: set[str]) -> dict[str, str]:
