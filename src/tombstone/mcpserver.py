@@ -35,11 +35,21 @@ INSTRUCTIONS = (
 
 
 def _plan(tomb: Any, subject: str) -> list[dict[str, str]]:
-    scope = tomb.lineage.closure(tomb.lineage.subject_key(subject))
+    """Every artifact of the subject's lineage closure; those an erasure request keeps under an exception say so
+    (``kept``): the erasure will leave them untouched."""
+    import datetime as dt
+
+    from tombstone.requests import Requests
+
+    key = tomb.lineage.subject_key(subject)
+    scope = tomb.lineage.closure(key)
     if not scope:
         raise UnknownSubjectError(f"unknown subject {subject!r}: the lineage db records no artifact for it")
+    kept = Requests(tomb.lineage).retained(key, dt.date.today())
     return sorted(({"store": art.store, "artifact_id": art.artifact_id, "kind": art.kind, "state": art.state,
-                    "in_scope": why} for art, why in scope), key=lambda a: (a["store"], a["artifact_id"]))
+                    "in_scope": why, **({"kept": f"retained by exception: {kept[art.store]}"} if art.store in kept
+                                        else {})}
+                   for art, why in scope), key=lambda a: (a["store"], a["artifact_id"]))
 
 
 def _digest(plan: list[dict[str, str]]) -> bytes:
