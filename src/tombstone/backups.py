@@ -19,35 +19,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tombstone.errors import ConfigError, TombstoneError
 
-BEYOND_USE = "beyond use until overwritten"
+from tombstone.receipt.build import BEYOND_USE, backups_section as receipt_section  # noqa: F401  (re-exported)
 LOCATION_KEYS = ("path", "persist_dir", "dsn")
 """The store option a restored copy replaces: the first of these the store's options have."""
-
-
-def receipt_section(backups: Sequence[Any], entries: Sequence[Mapping[str, Any]], finished: dt.datetime
-                    ) -> list[dict[str, Any]]:
-    """The ``backups`` section of an erasure receipt: each declared copy of a store with erased records in
-    ``entries`` (those kept by an exception are not erased, so not counted), with its expiry."""
-    erased: dict[str, int] = {}
-    for entry in entries:
-        if entry.get("status") != "OUT_OF_SCOPE":
-            erased[entry["store"]] = erased.get(entry["store"], 0) + 1
-    out = []
-    for backup in backups:
-        stores = [s for s in backup.stores if erased.get(s)]
-        if not stores:
-            continue
-        out.append({"name": backup.name, "kind": backup.kind, "where": backup.where, "stores": stores,
-                    "records": sum(erased[s] for s in stores), "retention_days": backup.retention_days,
-                    "expires_on": (finished.date() + dt.timedelta(days=backup.retention_days)).isoformat(),
-                    "status": BEYOND_USE})
-    return out
 
 
 def _sealed(lineage: Any, subject_key: str | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -98,7 +78,7 @@ def restored_options(config: Any, store: str, restored: str) -> tuple[dict[str, 
             raise ConfigError(f"--restored {restored}: nothing there (restore the copy first)")
         value = str(path)
     elif not restored.startswith(("postgresql://", "postgres://")):
-        raise ConfigError("--restored must be a postgresql:// DSN for a pgvector store (the database the copy was"
+        raise ConfigError("--restored must be a postgresql:// DSN for a store kept in a database (the one the copy was"
                           " restored into)")
     return {**spec.options, key: value}, key
 

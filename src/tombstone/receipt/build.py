@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -102,6 +104,30 @@ def receipt_body(*, subject: str, saga_id: str, sequence: int, started_at: str, 
     if backup_recheck is not None:
         body["backup_recheck"] = dict(backup_recheck)
     return body
+
+
+BEYOND_USE = "beyond use until overwritten"
+"""The status of a declared copy that still holds erased records (``tombstone.backups``)."""
+
+
+def backups_section(backups: Sequence[Any], entries: Sequence[Mapping[str, Any]], finished: dt.datetime
+                    ) -> list[dict[str, Any]]:
+    """The ``backups`` section of an erasure receipt: each declared copy of a store with erased records in
+    ``entries`` (those kept by an exception are not erased, so not counted), with its expiry."""
+    erased: dict[str, int] = {}
+    for entry in entries:
+        if entry.get("status") != "OUT_OF_SCOPE":
+            erased[entry["store"]] = erased.get(entry["store"], 0) + 1
+    out = []
+    for backup in backups:
+        stores = [s for s in backup.stores if erased.get(s)]
+        if not stores:
+            continue
+        out.append({"name": backup.name, "kind": backup.kind, "where": backup.where, "stores": stores,
+                    "records": sum(erased[s] for s in stores), "retention_days": backup.retention_days,
+                    "expires_on": (finished.date() + dt.timedelta(days=backup.retention_days)).isoformat(),
+                    "status": BEYOND_USE})
+    return out
 
 
 def pretty(receipt: Mapping[str, Any], *, finite: bool = False) -> bytes:

@@ -13,15 +13,12 @@ signer); verification is the pipeline of ``tombstone.verify.runner``.
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tombstone.clock import iso
-from tombstone.display import normal_subject
 from tombstone.errors import (
     AdapterNotFoundError,
     ConfigError,
@@ -35,24 +32,24 @@ from tombstone.errors import (
     shown,
 )
 from tombstone.capabilities import Capability
-from tombstone.capture import deferred
 from tombstone.faults import kill_point
-from tombstone.gcpause import collector_paused
 from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.receipt.signing import signed
 from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
 from tombstone.receipt.signing import BACKUP_RECHECK_KIND, RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND
-from tombstone.receipt.files import file_name_key, numbered, receipt_in, same_file_name
+from tombstone.receipt.files import receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
+from tombstone.saga.batch import STORE_STEPS, run_batch, run_step, seal_receipts  # noqa: F401  (re-exported)
+from tombstone.saga.files import (_normal, create_deferred, create_saga, free_receipt_path, out_path_of,  # noqa: F401
+                                  stored_out_path, user_out_path)
 from tombstone.verify import model, runner, semantic
 from tombstone.verify.levels import Level, StatusKind, decide
 
 STEPS = ("snapshot", "suppress", "reclaim", "verify", "receipt")
 NOTHING_RECORDED = ("the lineage db records no artifact for this subject, so nothing was erased; stores written"
                     " outside Tombstone's wrappers are not covered by this receipt")
-STORE_STEPS = ("snapshot", "suppress", "reclaim", "verify")
 INCOMPLETE_CAPTURE = {"complete": False, "why": (
     "its fragment probes were never recorded: the write queued them for background capture and the writing"
     " process ended (or its embedder failed) first; the logical probe went without them, and the semantic level"
@@ -63,13 +60,6 @@ INCOMPLETE_CAPTURE = {"complete": False, "why": (
 def _context(owner: Any) -> SagaContext:
     """A SagaContext, or the context of an object that holds one (an open ``Tombstone``)."""
     return owner if isinstance(owner, SagaContext) else owner.context
-
-
-def _group(artifacts: list[ArtifactRecord]) -> dict[str, list[ArtifactRecord]]:
-    groups: dict[str, list[ArtifactRecord]] = {}
-    for art in artifacts:
-        groups.setdefault(art.store, []).append(art)
-    return dict(sorted(groups.items()))
 
 
 class Saga:
@@ -611,117 +601,12 @@ class Saga:
             return chosen
 
 
-def out_path_of(ctx: SagaContext, stored: str) -> Path:
-    """A recorded receipt path as a file: a relative one is inside the receipts directory (an absolute one is
-    a file the caller named with ``--out``). A relative one that would leave the receipts directory is
-    refused: only ``--out`` writes a receipt elsewhere."""
-    path = Path(stored)
-    if path.is_absolute():
-        return path
-    if not path.parts or ".." in path.parts:
-        raise SagaError(f"the receipt file recorded for this saga, {stored!r}, is not inside the receipts directory;"
-                        " refusing to write there (only --out names a file elsewhere)")
-    return Path(ctx.receipts_dir or ".") / path
-
-
-def stored_out_path(ctx: SagaContext, path: Path) -> str:
-    """How a chosen default receipt file is recorded: relative to the receipts directory when inside it."""
-    if ctx.receipts_dir is not None:
-        try:
-            return path.relative_to(ctx.receipts_dir).as_posix()
-        except ValueError:
-            pass
-    return str(path.absolute())
-
-
-def _taken_by_others(ctx: SagaContext, saga_id: str, named: str | None = None) -> dict[Path, str]:
-    """The receipt files other unfinished sagas have chosen, with the saga that chose each; with ``named``,
-    only files whose name begins with it (compared as ``file_name_key`` does). A batch starts one saga after
-    another, so without that each would read every file the ones before it chose."""
-    prefix = None if named is None else os.path.normcase(named).casefold()
-    return {out_path_of(ctx, stored): other for other, stored in ctx.lineage.running_out_paths().items()
-            if other != saga_id
-            and (prefix is None or os.path.normcase(os.path.basename(stored)).casefold().startswith(prefix))}
-
-
-def free_receipt_path(ctx: SagaContext, base: Path, saga_id: str) -> Path:
-    """The first of ``base``, ``base`` with ``.2``, ``.3``, ... before its suffix, that no file holds (or that
-    holds this saga's own unsealed receipt) and no other unfinished saga has chosen. Call it under
-    ``receipt_names_lock``."""
-    # every candidate's name begins with the base's stem
-    taken = {file_name_key(other) for other in _taken_by_others(ctx, saga_id, named=base.stem)}
-    n = 1
-    while True:
-        candidate = numbered(base, n)
-        if file_name_key(candidate) not in taken:
-            held = receipt_in(candidate)
-            if not candidate.exists() or (held is not None and held["saga_id"] == saga_id):
-                return candidate
-        n += 1
-
-
-def user_out_path(ctx: SagaContext, out: str, saga_id: str) -> str:
-    """Check a receipt file the caller named (``--out``) and return it as recorded (absolute). Refuses one that
-    holds another saga's receipt (a sealed one above all), or that another unfinished saga will write.
-    Call it under ``receipt_names_lock``."""
-    path = Path(out).absolute()
-    held = receipt_in(path)
-    if held is not None and held["saga_id"] != saga_id:
-        seq = ctx.lineage.receipt_seq(held["receipt_hash"])
-        what = f"sealed receipt #{seq}" if seq is not None else "a receipt"
-        raise ConfigError(f"--out {out} already holds {what} (saga {held['saga_id']}); refusing to overwrite it:"
-                          " name another file, or leave --out out to get a new file under receipts_dir")
-    for other_path, other in _taken_by_others(ctx, saga_id).items():
-        if same_file_name(path, other_path):
-            raise ConfigError(f"--out {out} is where unfinished saga {other} will write its receipt; name another file")
-    return str(path)
-
-
-def _normal(subject: str) -> str:
-    """A subject reference as sagas and receipts carry it: NFC, valid Unicode, not empty."""
-    if not subject or not subject.strip():
-        raise UnknownSubjectError("subject reference is empty")
-    try:
-        return normal_subject(subject)
-    except ValueError as exc:
-        raise UnknownSubjectError(str(exc)) from exc
-
-
-def create_saga(ctx: SagaContext, saga_id: str, subject: str, out_path: str | None,
-                plan: dict[str, Any]) -> str:
-    """Record a new saga with its plan and the receipt file it will write, chosen now (the caller's file, or
-    a free default name) so that a resume after a crash writes the same file. Returns that file as recorded."""
-    with ctx.lineage.receipt_names_lock():
-        if out_path:
-            stored = user_out_path(ctx, out_path, saga_id)
-        else:
-            stored = stored_out_path(ctx, free_receipt_path(ctx, ctx.receipt_path(subject), saga_id))
-        kill_point("saga:create:before")
-        ctx.lineage.create_saga(saga_id, subject, stored, plan=plan)
-    return stored
-
-
-def create_deferred(ctx: SagaContext, sagas: Sequence["Saga"], chunk: int = 256) -> None:
-    """Record the sagas started with ``defer_create`` (with their plans and receipt files), up to ``chunk`` in
-    one transaction, under the receipt-names lock until it commits: one commit for a batch's new sagas rather
-    than one each. A failure records none of the chunk."""
-    waiting = [s for s in sagas if s._creation is not None]
-    for start in range(0, len(waiting), chunk):
-        part = waiting[start : start + chunk]
-        # the lock is held until the transaction commits: no other process chooses a name the batch has chosen
-        with ctx.lineage.receipt_names_lock(), ctx.lineage.atomic():
-            stored = [create_saga(ctx, s.saga_id, s.subject, *s._creation) for s in part]
-        for s, out in zip(part, stored):
-            s.out_path, s._creation = out, None
-            kill_point("saga:create:done")
-
-
 def declared_copies(backups: Sequence[Any], entries: Sequence[Mapping[str, Any]], finished: Any) -> list[dict[str, Any]]:
     """Each declared copy of a store that held erased records of this receipt, and the day its last copy from
     before the erasure expires (``tombstone.backups``)."""
-    from tombstone.backups import receipt_section
+    from tombstone.receipt.build import backups_section
 
-    return receipt_section(backups, entries, finished)
+    return backups_section(backups, entries, finished)
 
 
 def retained_stores(ctx: SagaContext, subject_key: str, stores: set[str]) -> dict[str, str]:
@@ -754,187 +639,4 @@ def preflight(ctx: SagaContext, stores: set[str], allow_missing: frozenset[str] 
             raise
 
 
-def seal_receipts(items: Sequence[tuple[Saga, dict[str, list[ArtifactRecord]]]]) -> list[dict[str, Any]]:
-    """Sign and deliver the receipts of sagas that share a lineage db, in chain order, then seal them all.
-
-    Each receipt is signed on the one before it and its file written; then the chain rows, with the purge of
-    what the lineage db kept of the erased content, go in one transaction (one write-ahead-log checkpoint for
-    the batch). If a receipt cannot be built or written, those delivered before it are sealed and the error
-    raised: the rest stay running, for resume."""
-    if not items:
-        return []
-    lineage = items[0][0].lineage
-    receipts, rows = [], []
-    # The chain has one head at a time: other sagas (other processes, other workers) wait here rather than
-    # sign a receipt on a head that moves under them.
-    # The receipt-names lock, which each saga takes to confirm its file, is taken once here for the batch.
-    with lineage.chain_lock(), lineage.receipt_names_lock():
-        head = lineage.chain_head()
-        try:
-            for saga, groups in items:
-                receipt, row = saga._delivered_receipt(groups, head)
-                receipts.append(receipt)
-                rows.append(row)
-                head = (head[0] + 1 if head else 1, receipt["receipt_hash"])
-        finally:
-            # Sealing a receipt and purging what the lineage db kept of the erased content are one transaction:
-            # a crash before it leaves both for resume (which needs the fingerprints to seal patterns again).
-            if rows:
-                lineage.append_receipts(rows)
-                for saga, _ in items[: len(rows)]:
-                    saga._sealed()
-    return receipts
-
-
-def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[list[Saga]], dict[str, Any]]) -> None:
-    """Run one journaled step for every saga that has not finished it, with one call of ``action``.
-
-    ``action(pending)`` acts once for all pending sagas and returns ``{saga_id: result}``; each saga
-    journals ``begin`` before and its own ``end`` after. The kill points are the same whether one saga
-    or a batch runs the step.
-    """
-    pending = [s for s in sagas if s.step_result(step, target) is None]
-    if not pending:
-        return
-    point = f"saga:{step}:{target or '-'}"
-    kill_point(f"{point}:before")
-    lineage = pending[0].lineage  # a batch's sagas share their context's lineage db: one transaction a phase
-    lineage.journal_many([(s.saga_id, step, target, "begin", None) for s in pending])
-    kill_point(f"{point}:acting")
-    results = action(pending)
-    kill_point(f"{point}:acted")
-    lineage.journal_many([(s.saga_id, step, target, "end", results[s.saga_id]) for s in pending])
-    for s in pending:
-        s._ended[(step, target)] = results[s.saga_id]
-    kill_point(f"{point}:done")
-
-
-def _store_reclaim_steps(saga: Saga, store: str) -> None:
-    """A store reclaim's three journaled steps: the scan before (kept once taken, so a resumed reclaim still
-    reports what the store held when it began), the recipe under the store's lock, the scan after."""
-    ctx = saga.ctx
-
-    def scanned(pending: list[Saga]) -> dict[str, Any]:
-        report = ctx.scan_store(store)
-        return {s.saga_id: {"scan": None if report is None else report.as_json(False)} for s in pending}
-
-    def recipe(pending: list[Saga]) -> dict[str, Any]:
-        adapter = ctx.adapter(store)
-        # A failure propagates and leaves the saga running: 'tombstone resume' runs the recipe again (it is
-        # idempotent: whatever is deleted by then goes), keeping the scan taken before.
-        evidence = saga._locked(store, lambda a: a.reclaim_store())
-        ctx.reopen(store)  # the recipe may have rewritten what the open adapter holds
-        return {s.saga_id: {"backend": adapter.backend, "evidence": evidence} for s in pending}
-
-    run_step([saga], "scan-before", store, scanned)
-    run_step([saga], "reclaim-store", store, recipe)
-    run_step([saga], "scan-after", store, scanned)
-
-
-@collector_paused()
-def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
-    """Run sagas with one pass per store and step: one suppress call, one reclaim (one rewrite, one
-    VACUUM) and one probe pass (one byte scan for all patterns) per store, for all of them.
-
-    Every saga still journals its own steps (with its share of the result) and gets its own receipt, so a
-    batch killed midway resumes saga by saga with plain ``tombstone resume``. Releases every subject lock.
-    Python's cycle collector is held off while it runs (``tombstone.gcpause``).
-    """
-    # Probe vectors this process still has queued (``tombstone.capture.deferred``) land before anything is
-    # suppressed: after that they would be refused, the artifacts no longer being live.
-    for problem in deferred.flush():
-        warnings.warn(problem, RuntimeWarning, stacklevel=2)
-    try:
-        plans = {s.saga_id: _group(s._plan()) for s in sagas}
-        lead = sagas[0]
-        lead.scope = {key: why for s in sagas for key, why in s.scope.items()}
-        stores = sorted({store for groups in plans.values() for store in groups})
-        total, done = len(STORE_STEPS) * len(stores) + 1, 0
-
-        def arts_of(pending: list[Saga], store: str) -> list[ArtifactRecord]:
-            """The store's artifacts of the sagas that erase them (not those a request keeps there)."""
-            return [a for s in pending if store not in s.retained for a in plans[s.saga_id][store]]
-
-        def previous(pending: list[Saga], step: str, store: str) -> dict[str, Any]:
-            erasing = [s for s in pending if store not in s.retained]
-            return erasing[0].step_result(step, store) or {} if erasing else {}
-
-        def keeping(act: Callable[[list[Saga]], dict[str, Any]], store: str) -> Callable[[list[Saga]], dict[str, Any]]:
-            """``act`` for the sagas that erase the store's records; the others journal that they kept them."""
-            def run(pending: list[Saga]) -> dict[str, Any]:
-                erasing = [s for s in pending if store not in s.retained]
-                out = act(erasing) if erasing else {}
-                return {**out, **{s.saga_id: {"recorded": False, "retained": s.retained[store]}
-                                  for s in pending if store in s.retained}}
-            return run
-
-        def snapshot(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
-            def act(pending: list[Saga]) -> dict[str, Any]:
-                owners = {a.artifact_id: s.saga_id for s in pending for a in plans[s.saga_id][store]}
-                result = lead._snapshot(store, arts_of(pending, store), owners)
-                if "artifacts" not in result:
-                    return {s.saga_id: result for s in pending}
-                return {s.saga_id: {**result, "artifacts": {a.artifact_id: result["artifacts"][a.artifact_id]
-                                                            for a in plans[s.saga_id][store]}} for s in pending}
-            return act
-
-        def suppress(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
-            def act(pending: list[Saga]) -> dict[str, Any]:
-                # Each saga's durable suppression record comes first: nothing may receive a status without
-                # one, and a crash between the record and the store's hide is repaired by running this again.
-                with lead.lineage.atomic():  # one commit for the batch
-                    for s in pending:
-                        s.lineage.record_suppressions(s.saga_id, plans[s.saga_id][store])
-                # From here every wrapper of the deployment hides the records, before the store is touched.
-                kill_point(f"saga:suppress:{store}:recorded")
-                result = lead._suppress(store, arts_of(pending, store))
-                return {s.saga_id: result for s in pending}
-            return act
-
-        def reclaim(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
-            def act(pending: list[Saga]) -> dict[str, Any]:
-                # the physical probe's matcher is built while this reclaim and the steps up to the probe run
-                early.enter_context(lead._physical_ready(store, arts_of(pending, store)))
-                result = lead._reclaim(store, arts_of(pending, store), previous(pending, "suppress", store))
-                extra = {"batch_subjects": len(pending)} if len(sagas) > 1 else {}
-                return {s.saga_id: {**result, **extra} for s in pending}
-            return act
-
-        def verify(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
-            def act(pending: list[Saga]) -> dict[str, Any]:
-                kept = {a.artifact_id: s.retained[store] for s in pending if store in s.retained
-                        for a in plans[s.saga_id][store]}
-                result = lead._verify(store, [a for s in pending for a in plans[s.saga_id][store]],
-                                      previous(pending, "suppress", store), previous(pending, "reclaim", store),
-                                      retained=kept)
-                return {s.saga_id: {"artifacts": {a.artifact_id: result["artifacts"][a.artifact_id]
-                                                  for a in plans[s.saga_id][store]}} for s in pending}
-            return act
-
-        for s in sagas:
-            plan = s.step_result("plan") or {}
-            if plan.get("kind") == STORE_RECLAIM_KIND:
-                _store_reclaim_steps(s, plan["store"])
-        # Each store's physical probe's patterns and matcher are made ready from its reclaim on
-        # (``_physical_ready``), and dropped once every store is verified.
-        with contextlib.ExitStack() as early:
-            for step, make in (("snapshot", snapshot), ("suppress", suppress), ("reclaim", reclaim),
-                               ("verify", verify)):
-                for store in stores:
-                    act = make(store) if step == "verify" else keeping(make(store), store)
-                    run_step([s for s in sagas if store in plans[s.saga_id]], step, store, act)
-                    done += 1
-                    if lead.progress:
-                        lead.progress(step, store, done, total)
-        signed = seal_receipts([(s, plans[s.saga_id]) for s in sagas])
-        receipts = [(receipt, s.receipt_path) for receipt, s in zip(signed, sagas)]
-        if lead.progress:
-            lead.progress("receipt", "", total, total)
-        return receipts
-    finally:
-        for s in sagas:
-            if s.lock is not None:
-                s.lock.release()
-
-
-__all__ = ["ALWAYS_OUT_OF_SCOPE", "RetryPolicy", "STEPS", "Saga", "SagaContext", "run_batch", "run_step"]
+__all__ = ["ALWAYS_OUT_OF_SCOPE", "RetryPolicy", "STEPS", "STORE_STEPS", "Saga", "SagaContext", "run_batch", "run_step"]
