@@ -56,3 +56,23 @@ class BrokenFragments(HashingEmbedder):
         return super().embed(texts)
 
     __call__ = embed
+
+
+def run_readme_example(marker: str, folder, release=lambda: None) -> dict:
+    """Run, in ``folder`` (the current directory meanwhile), the README's one Python example that holds
+    ``marker``, exactly as written; ``release`` runs after it whatever happens. Returns its namespace."""
+    import os
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [example] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if marker in b]
+    namespace: dict = {}
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        exec(compile(example, "README.md", "exec"), namespace)
+    finally:
+        os.chdir(before)
+        release()
+    return namespace

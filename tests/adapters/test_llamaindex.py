@@ -92,18 +92,10 @@ def test_a_vector_store_index_builds_and_queries_through_it_and_the_subject_is_e
         assert not files_holding(tmp_path / "d" / "stores", b"carol asked to close")
 
 
-def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
-    import re
-    from pathlib import Path
-
+def test_the_readme_example_runs_as_written(tmp_path):
     from langchain_backends import release
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    [example] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "TombstoneLlamaVectorStore" in b]
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    try:
-        exec(compile(example, "README.md", "exec"), namespace)
-    finally:
-        release("chroma")
+    from support import run_readme_example
+
+    namespace = run_readme_example('doc_id="ticket-88"', tmp_path, lambda: release("chroma"))
     assert namespace["receipt"]["summary"]["VERIFIED"] == 1 and namespace["path"].is_file()

@@ -227,19 +227,12 @@ def test_deleting_a_source_through_the_vector_store_erases_its_copies_in_the_sto
         services.close()
 
 
-def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
-    import re
-
+def test_the_readme_example_runs_as_written(tmp_path):
     from langchain_backends import release
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    [example] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "TombstoneLlamaStorage" in b]
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    try:
-        exec(compile(example, "README.md", "exec"), namespace)
-    finally:
-        release("chroma")
+    from support import run_readme_example
+
+    namespace = run_readme_example("TombstoneLlamaStorage", tmp_path, lambda: release("chroma"))
     arts = namespace["receipt"]["artifacts"]
     assert {a["store"] for a in arts} == {"chunks", "li"} and {a["status"] for a in arts} == {"VERIFIED"}
     assert independent_scan(tmp_path / "li2" / "stores", b"4417") == []

@@ -232,16 +232,9 @@ def test_a_history_db_that_is_not_sqlite_is_refused_before_anything_changes(tmp_
     assert aid
 
 
-def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
-    import re
+def test_the_readme_example_runs_as_written(tmp_path):
+    from support import run_readme_example
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    [example] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "TombstoneMemory" in b]
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    try:
-        exec(compile(example, "README.md", "exec"), namespace)
-    finally:
-        close_local_clients()
+    namespace = run_readme_example("TombstoneMemory", tmp_path, close_local_clients)
     assert verified(namespace["receipt"]) == 1 and namespace["path"].is_file()
     assert independent_scan(tmp_path / "agent" / "stores", b"Mill Road") == []

@@ -15,14 +15,7 @@ from tombstone.receipt.certificate import CLAIMED, CLEAR, NONE, method_of
 
 from test_audit import audit_args, erase
 from test_cli import one_line_error, run
-
-
-@pytest.fixture
-def deployed(tmp_path):
-    root = tmp_path / "d"
-    result = run("demo", "--workdir", str(root), "--backends", "docstore", "--subjects", "2", "--erase", "none")
-    assert result.exit_code == 0, result.output
-    return root
+from test_countersign import deployed  # noqa: F401  (the fixture: a docstore demo of two subjects)
 
 
 def text_of(page: str) -> str:

@@ -30,6 +30,25 @@ def _trusted_key(key: str | None, config_path: str | None):
     return trusted_key(None, load_config(explicit) if explicit else None)
 
 
+def _checked_countersignature(path: str, auditor: str, receipt: dict) -> dict:
+    """An auditor's counter-signature of ``receipt``, read from ``path`` and verified with the auditor's published
+    signing key ``auditor``; ReceiptError naming the file otherwise."""
+    from tombstone.fsutil import read_regular_file
+    from tombstone.keys import load_public_key
+    from tombstone.receipt.countersign import verify_countersignature
+    from tombstone.receipt.signing import parse_strict
+
+    auditor_key = load_public_key(Path(auditor))
+    try:
+        cs = parse_strict(read_regular_file(path, 1 << 24).decode("utf-8"), path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReceiptError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    try:
+        return verify_countersignature(cs, receipt, auditor_key)
+    except ReceiptError as exc:
+        raise ReceiptError(f"{path}: {exc}") from exc
+
+
 @receipt.command("verify")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--key", type=click.Path(dir_okay=False), default=None,
@@ -63,20 +82,7 @@ def receipt_verify(file: str, key: str | None, countersignature: str | None, aud
     echo(f"  previous:  {result.previous_receipt_hash or '(first receipt of the chain)'}")
     echo(f"  trusted:   {trusted.describe()}")
     if countersignature:
-        from tombstone.keys import load_public_key
-        from tombstone.receipt.countersign import verify_countersignature
-        from tombstone.receipt.signing import parse_strict
-        from tombstone.fsutil import read_regular_file
-
-        auditor_key = load_public_key(Path(auditor))
-        try:
-            cs = parse_strict(read_regular_file(countersignature, 1 << 24).decode("utf-8"), countersignature)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ReceiptError(f"cannot read {countersignature}: {getattr(exc, 'strerror', None) or exc}") from exc
-        try:
-            verify_countersignature(cs, data, auditor_key)
-        except ReceiptError as exc:
-            raise ReceiptError(f"{countersignature}: {exc}") from exc
+        cs = _checked_countersignature(countersignature, auditor, data)
         echo(f"OK {countersignature}")
         echo(f"  audited:   {cs['audited_at']} by {cs['signature']['key_id']} (the key you trust, {auditor})")
         echo(f"  verdict:   {cs['verdict']} ({sum(a['verdict'] == 'agree' for a in cs['artifacts'])} of"
@@ -101,7 +107,7 @@ def receipt_verify(file: str, key: str | None, countersignature: str | None, aud
 def receipt_certificate(file: str, key: str | None, out: str | None, pdf: str | None, operator: str | None,
                         countersignature: str | None, auditor: str | None, config_path: str | None) -> None:
     """A one-page certificate of sanitization (NIST SP 800-88 Appendix G) derived from a receipt that verifies."""
-    from tombstone.fsutil import read_regular_file, write_atomic
+    from tombstone.fsutil import write_atomic
     from tombstone.inputs import check_out_path
     from tombstone.receipt import load_receipt, verify
     from tombstone.receipt.certificate import render, to_pdf
@@ -118,14 +124,7 @@ def receipt_certificate(file: str, key: str | None, out: str | None, pdf: str | 
         result = verify(data, trusted.key)
     except ReceiptError as exc:
         raise ReceiptError(f"{file}: {exc} (checked against {trusted.describe()}); no certificate written") from exc
-    cs = None
-    if countersignature:
-        from tombstone.keys import load_public_key
-        from tombstone.receipt.countersign import verify_countersignature
-        from tombstone.receipt.signing import parse_strict
-
-        cs = verify_countersignature(parse_strict(read_regular_file(countersignature, 1 << 24).decode("utf-8"),
-                                                  countersignature), data, load_public_key(Path(auditor)))
+    cs = _checked_countersignature(countersignature, auditor, data) if countersignature else None
     page = render(data, verified=result, trusted=trusted.describe(), operator=operator, countersignature=cs,
                   auditor=auditor)
     write_atomic(target, page.encode("utf-8"))
