@@ -188,7 +188,9 @@ def section(result: dict) -> str:
                   " While ids are hidden, Chroma asks each query for its k plus twice the hidden records expected among"
                   " them (from the hidden share of the collection) and asks again, wider, only a query left short;"
                   " FAISS asks each query for its own k and searches again, past the hidden labels, only a query whose"
-                  " results held one; Qdrant asks for k plus the hidden ids; pgvector excludes the"
-                  " hidden ids and its in-table flag in SQL. FAISS's raw get is a dict lookup in microseconds, hence its large get ratio. The machine's"
+                  " results held one; Qdrant and pgvector ask for k plus twice the hidden points expected among them"
+                  " and ask again, for k plus every hidden id, only when that left the answer short (pgvector keeps"
+                  " its in-table flag in SQL and drops the hidden ids after the query: a NOT ANY(array) in SQL walked"
+                  " the array for every row read). FAISS's raw get is a dict lookup in microseconds, hence its large get ratio. The machine's"
                   " two cores are shared, so single cells are noisy: compare the columns within a row."]
     return "\n".join(lines)
