@@ -514,6 +514,11 @@ def _docstore_record(values: list[Any]) -> str | None:
                 and metadata.startswith("{") and metadata.endswith("}") and suppressed in (0, 1)):
             return ident if ident and ident.isprintable() else None
         return None
+    return index_row_id(values)
+
+
+def index_row_id(values: list[Any]) -> str | None:
+    """The id of a row of an index on a text id (id, rowid), if ``values`` is one; else None."""
     if len(values) == 2:
         ident, rowid = values
         if isinstance(ident, str) and isinstance(rowid, int) and not isinstance(rowid, bool) and rowid > 0:

@@ -119,12 +119,13 @@ class LlamaStorageAdapter(Adapter):
     def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
         """What the byte scan cannot see: inside each gzip, bz2 or xz file, the artifact's id patterns in the
         inflated bytes; a file this cannot open leaves every artifact found nowhere unchecked."""
-        blocked = "; ".join(jsonfiles.unreadable(self.folder)) or None
+        inflated, unreadable = jsonfiles.compressed(self.folder)
+        blocked = "; ".join(unreadable) or None
         patterns = {a.artifact_id: [p for k, p in self.physical_patterns(a).items() if k.startswith("id")]
                     for a in artifacts}
         found: dict[str, list[str]] = {a.artifact_id: [] for a in artifacts}
         opened = []
-        for name, data in jsonfiles.inflated(self.folder):
+        for name, data in inflated:
             opened.append(name)
             for aid, places in found.items():
                 if any(p in data for p in patterns[aid]):

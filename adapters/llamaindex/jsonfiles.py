@@ -179,28 +179,19 @@ def _load(path: Path) -> tuple[Any, str | None]:
         return None, codec
 
 
-def unreadable(folder: Path) -> list[str]:
-    """The files of the folder whose content cannot be read (each with why)."""
-    out = []
+def compressed(folder: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """Each gzip, bz2 or xz file's inflated content, by its name relative to the folder (for the byte scan), and
+    the files whose content cannot be read (each with why): one read of each file."""
+    opened, blocked = [], []
     for path in json_files(folder):
-        try:
-            read(path)
-        except Unreadable as exc:
-            out.append(str(exc))
-    return out
-
-
-def inflated(folder: Path) -> Iterator[tuple[str, bytes]]:
-    """Each compressed file's inflated content, by its name relative to the folder (for the byte scan)."""
-    for path in json_files(folder):
-        with path.open("rb") as fh:
-            if codec_of(fh.read(8)) is None:
-                continue
         try:
             data, codec = read(path)
-        except Unreadable:
+        except Unreadable as exc:
+            blocked.append(str(exc))
             continue
-        yield f"{path.relative_to(folder).as_posix()} ({codec})", data
+        if codec is not None:
+            opened.append((f"{path.relative_to(folder).as_posix()} ({codec})", data))
+    return opened, blocked
 
 
 def find(folder: Path, m: Matcher) -> dict[str, set[str]]:

@@ -20,7 +20,7 @@ import numpy as np
 from tombstone.errors import ConfigError
 from tombstone.fsutil import Snapshot
 from tombstone.scanreport import ScanPlace, ScanReport
-from tombstone_adapters.docstore.forensics import carve_budget, scan_sqlite
+from tombstone_adapters.docstore.forensics import carve_budget, index_row_id, scan_sqlite
 
 from .store import BACKEND, DEFAULT_TABLE, cleared_slots, table_name
 
@@ -32,11 +32,7 @@ def _rowids_record(values: list[Any]) -> str | None:
         if isinstance(ident, str) and isinstance(chunk, int) and isinstance(offset, int) and chunk > 0 and offset >= 0:
             return ident if ident and ident.isprintable() else None
         return None
-    if len(values) == 2:
-        ident, rowid = values
-        if isinstance(ident, str) and isinstance(rowid, int) and not isinstance(rowid, bool) and rowid > 0:
-            return ident if ident and ident.isprintable() else None
-    return None
+    return index_row_id(values)
 
 
 def _cleared_slots(database: Path, table: str) -> tuple[int, int, int]:

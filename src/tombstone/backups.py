@@ -34,10 +34,10 @@ def _sealed(lineage: Any, subject_key: str | None = None) -> list[tuple[dict[str
     return [(row, json.loads(row["body"])) for row in lineage.receipts(subject_key)]
 
 
-def _rechecked(lineage: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _rechecked(sealed: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[tuple[str, str, str], dict[str, Any]]:
     """The re-checks done, by (erasure receipt hash, backup, store): the follow-up receipts' sections."""
     out = {}
-    for _, receipt in _sealed(lineage):
+    for _, receipt in sealed:
         section = receipt.get("backup_recheck")
         if section:
             out[(section["of_receipt"], section["backup"], section["store"])] = {**section,
@@ -48,9 +48,10 @@ def _rechecked(lineage: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
 def due(lineage: Any, today: dt.date) -> list[dict[str, Any]]:
     """Every (erasure receipt, declared copy, store) whose copy has expired by ``today``, with whether and how
     it was re-checked; those not re-checked are due."""
-    done = _rechecked(lineage)
+    sealed = _sealed(lineage)
+    done = _rechecked(sealed)
     out = []
-    for row, receipt in _sealed(lineage):
+    for _, receipt in sealed:
         for copy in receipt.get("backups") or []:
             for store in copy["stores"]:
                 expires = dt.date.fromisoformat(copy["expires_on"])

@@ -30,6 +30,16 @@ def _trusted_key(key: str | None, config_path: str | None):
     return trusted_key(None, load_config(explicit) if explicit else None)
 
 
+def COUNTERSIGNATURE_OPTIONS(command):  # noqa: N802  (a decorator, named as the option constants are)
+    """``--countersignature`` and ``--auditor``: an auditor's counter-signature and the key it must verify with."""
+    command = click.option("--auditor", "auditor", type=click.Path(dir_okay=False), default=None,
+                           help="The auditor's published signing key (auditor-signing.pub) the counter-signature"
+                                " must verify with.")(command)
+    return click.option("--countersignature", "countersignature", type=click.Path(dir_okay=False), default=None,
+                        help="An auditor's counter-signature of the receipt ('tombstone audit --sign-with'), checked"
+                             " with --auditor.")(command)
+
+
 def _checked_countersignature(path: str, auditor: str, receipt: dict) -> dict:
     """An auditor's counter-signature of ``receipt``, read from ``path`` and verified with the auditor's published
     signing key ``auditor``; ReceiptError naming the file otherwise."""
@@ -54,11 +64,7 @@ def _checked_countersignature(path: str, auditor: str, receipt: dict) -> dict:
 @click.option("--key", type=click.Path(dir_okay=False), default=None,
               help="The operator's published Ed25519 public key (PEM) to trust. Without it: the key of the"
                    " deployment named by --config or $TOMBSTONE_CONFIG.")
-@click.option("--countersignature", "countersignature", type=click.Path(dir_okay=False), default=None,
-              help="An auditor's counter-signature of the receipt ('tombstone audit --sign-with') to check too.")
-@click.option("--auditor", "auditor", type=click.Path(dir_okay=False), default=None,
-              help="The auditor's published signing key (auditor-signing.pub) the counter-signature must verify"
-                   " with.")
+@COUNTERSIGNATURE_OPTIONS
 @CONFIG_OPTION
 def receipt_verify(file: str, key: str | None, countersignature: str | None, auditor: str | None,
                    config_path: str | None) -> None:
@@ -99,10 +105,7 @@ def receipt_verify(file: str, key: str | None, countersignature: str | None, aud
 @click.option("--pdf", "pdf", type=click.Path(dir_okay=False), default=None,
               help="Also print it to this PDF, with the installed Chromium.")
 @click.option("--operator", default=None, help="Who performed the erasure (name, role), as it should read.")
-@click.option("--countersignature", default=None, type=click.Path(dir_okay=False),
-              help="An auditor's counter-signature of the receipt, shown as the validation once it verifies.")
-@click.option("--auditor", default=None, type=click.Path(dir_okay=False),
-              help="The auditor's published signing key (auditor-signing.pub) for --countersignature.")
+@COUNTERSIGNATURE_OPTIONS
 @CONFIG_OPTION
 def receipt_certificate(file: str, key: str | None, out: str | None, pdf: str | None, operator: str | None,
                         countersignature: str | None, auditor: str | None, config_path: str | None) -> None:
@@ -113,7 +116,8 @@ def receipt_certificate(file: str, key: str | None, out: str | None, pdf: str | 
     from tombstone.receipt.certificate import render, to_pdf
 
     if bool(countersignature) != bool(auditor):
-        raise ConfigError("--countersignature and --auditor go together")
+        raise ConfigError("--countersignature and --auditor go together: the counter-signature and the auditor key"
+                          " you trust to have made it")
     target = Path(out or f"{Path(file).stem}.certificate.html")
     check_out_path(str(target), "--out")
     if pdf:

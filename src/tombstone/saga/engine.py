@@ -36,7 +36,8 @@ from tombstone.faults import kill_point
 from tombstone.fsutil import write_atomic
 from tombstone.lineage.records import THIRD_PARTY_STORE, ArtifactRecord
 from tombstone.receipt.signing import signed
-from tombstone.receipt.build import ALWAYS_OUT_OF_SCOPE, artifact_entry, pretty, receipt_body, status_record
+from tombstone.receipt.build import (ALWAYS_OUT_OF_SCOPE, artifact_entry, backups_section, pretty, receipt_body,
+                                     status_record)
 from tombstone.receipt.signing import BACKUP_RECHECK_KIND, RECEIPT_KIND, SOURCE_RECEIPT_KIND, STORE_RECLAIM_KIND
 from tombstone.receipt.files import receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
@@ -553,7 +554,7 @@ class Saga:
                             previous_receipt_hash=head[1] if head else None,
                             statement=plan.get("statement") or (None if entries else NOTHING_RECORDED),
                             kind=kind, store_reclaim=store_reclaim,
-                            backups=declared_copies(self.ctx.backups, entries, finished) if kind == RECEIPT_KIND else (),
+                            backups=backups_section(self.ctx.backups, entries, finished) if kind == RECEIPT_KIND else (),
                             backup_recheck=plan.get("backup_recheck"))
         receipt, data = signed(body, self.ctx.signer())
         out = self._destination()
@@ -599,14 +600,6 @@ class Saga:
             self.out_path = stored_out_path(self.ctx, chosen)
             self.lineage.set_out_path(self.saga_id, self.out_path)
             return chosen
-
-
-def declared_copies(backups: Sequence[Any], entries: Sequence[Mapping[str, Any]], finished: Any) -> list[dict[str, Any]]:
-    """Each declared copy of a store that held erased records of this receipt, and the day its last copy from
-    before the erasure expires (``tombstone.backups``)."""
-    from tombstone.receipt.build import backups_section
-
-    return backups_section(backups, entries, finished)
 
 
 def retained_stores(ctx: SagaContext, subject_key: str, stores: set[str]) -> dict[str, str]:
