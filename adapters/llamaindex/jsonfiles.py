@@ -177,6 +177,16 @@ def _load(path: Path) -> tuple[Any, str | None]:
         return json.loads(data), codec
     except (ValueError, UnicodeDecodeError):
         return None, codec
+    except RecursionError:
+        raise Unreadable(f"{path}: JSON nested too deep to read") from None
+
+
+def _walked(path: Path, data: Any, m: Matcher, found: set[str]) -> Any:
+    """``walk`` of one file's JSON; Unreadable where it nests deeper than the walk can go."""
+    try:
+        return walk(data, m, found)
+    except RecursionError:
+        raise Unreadable(f"{path}: JSON nested too deep to walk") from None
 
 
 def compressed(folder: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
@@ -205,7 +215,10 @@ def find(folder: Path, m: Matcher) -> dict[str, set[str]]:
         if data is None:
             continue
         found: set[str] = set()
-        walk(data, m, found)
+        try:
+            _walked(path, data, m, found)
+        except Unreadable:
+            continue  # left to the byte scan, which reads every file whole
         for aid in found:
             out.setdefault(aid, set()).add(path.relative_to(folder).as_posix())
     return out
@@ -223,7 +236,10 @@ def scrub(folder: Path, m: Matcher) -> dict[str, int]:
         if data is None:
             continue
         found: set[str] = set()
-        new = walk(data, m, found)
+        try:
+            new = _walked(path, data, m, found)
+        except Unreadable:
+            continue  # left as it is: the byte scan finds the ids it holds
         if new is data:
             continue
         mode = path.stat().st_mode & 0o777

@@ -236,3 +236,15 @@ def test_the_readme_example_runs_as_written(tmp_path):
     arts = namespace["receipt"]["artifacts"]
     assert {a["store"] for a in arts} == {"chunks", "li"} and {a["status"] for a in arts} == {"VERIFIED"}
     assert independent_scan(tmp_path / "li2" / "stores", b"4417") == []
+
+
+def test_json_nested_deeper_than_can_be_read_is_left_to_the_byte_scan(ltomb):
+    """A hostile file of JSON nested a hundred thousand deep that holds the node's id: neither the walk nor the
+    reclaim can go through it, nothing raises, and the byte scan finds the id there: RESIDUAL, never VERIFIED."""
+    storage, nodes = build_app(ltomb)
+    [alice] = [n.node_id for n in nodes if n.metadata["subject"] == "alice"]
+    depth = 100_000
+    (folder(ltomb) / "deep.json").write_text("[" * depth + json.dumps(alice) + "]" * depth)
+    receipt, _ = ltomb.erase("alice")
+    [art] = receipt["artifacts"]
+    assert art["status"] == "RESIDUAL" and art["level"] == "physical" and "deep.json" in art["measurement"]
