@@ -4,7 +4,6 @@ cannot reach, and for ``tombstone compact``), byte scan."""
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import shutil
@@ -27,12 +26,12 @@ from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.sqlite_pages import where_found, zero_all_free_space
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
-from tombstone.verify.neighbourhood import Neighbours
 from tombstone.verify.scanner import check_regular
 
 from . import inplace
 from .wrapper import BACKEND, REWRITE_SUFFIX, SUPPRESSED, TombstoneCollection, bump_epoch, fresh_client
 from .hooks import ChromaHooks
+from .neighbours import ChromaNeighbours
 
 _UUID_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _SEARCH_ALL_UP_TO = 400
@@ -95,7 +94,7 @@ def _write_refused(path: Path) -> str | None:
     return f"No space left on device: {free} bytes free on its filesystem" if free < LOW_SPACE else None
 
 
-class ChromaAdapter(ChromaHooks, Adapter):
+class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
     """Options: ``path`` (the persist directory), ``collection`` (its name) and, optionally, ``id_key``:
     a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
 
@@ -690,52 +689,6 @@ class ChromaAdapter(ChromaHooks, Adapter):
             return ids, candidates
 
         return search
-
-    def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
-        """The raw collection's nearest records (suppressed ones included), over-fetched by ``len(exclude)``
-        and filtered. The over-fetched rows come back as ids and distances only; the stored vectors are read
-        once for the rows kept (turning hundreds of vectors per query into Python lists, to keep a few, was
-        most of a batch's semantic level)."""
-        col = self.collection()
-        vectors = np.asarray(vectors, dtype=np.float32)
-        count = col.count()
-        fetch = min(count, k + len(exclude))
-        if fetch <= 0:
-            return [Neighbours([], [], np.zeros((0, vectors.shape[1]))) for _ in vectors]
-        # First ask for what the excluded share of the collection suggests (half again, and a few more); a
-        # row left short of k is asked again for k plus every excluded record.
-        share = min(len(exclude) / max(count, 1), 0.99)
-        first = min(fetch, math.ceil(1.5 * k / (1 - share)) + 4)
-        out = []
-        for start in range(0, len(vectors), _PAGE):
-            page = vectors[start : start + _PAGE]
-            res = col.query(query_embeddings=page, n_results=first, include=["distances"])
-            found = [(list(ids), list(dists)) for ids, dists in zip(res["ids"], res["distances"])]
-            short = [n for n, (ids, _) in enumerate(found)
-                     if len(ids) == first < fetch and sum(1 for aid in ids if aid not in exclude) < k]
-            if short:
-                again = col.query(query_embeddings=page[short], n_results=fetch, include=["distances"])
-                for n, ids, dists in zip(short, again["ids"], again["distances"]):
-                    found[n] = (list(ids), list(dists))
-            rows = []
-            for ids, dists in found:
-                keep = [i for i, aid in enumerate(ids) if aid not in exclude][:k]
-                rows.append(([ids[i] for i in keep], [float(dists[i]) for i in keep]))
-            stored = self.stored_vectors(sorted({aid for ids, _ in rows for aid in ids}))
-            for ids, dists in rows:
-                kept = [n for n, aid in enumerate(ids) if aid in stored]  # a record deleted since drops out
-                out.append(Neighbours([ids[n] for n in kept], [dists[n] for n in kept],
-                                      np.asarray([stored[ids[n]] for n in kept], dtype=np.float32).reshape(len(kept), -1)))
-        return out
-
-    def stored_vectors(self, ids) -> dict[str, np.ndarray]:
-        col = self.collection()
-        ids = list(ids)
-        out: dict[str, np.ndarray] = {}
-        for start in range(0, len(ids), _PAGE):
-            got = col.get(ids=ids[start : start + _PAGE], include=["embeddings"])
-            out.update({i: np.asarray(e, dtype=np.float32) for i, e in zip(got["ids"], got["embeddings"])})
-        return out
 
     def physical_extra(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, ExtraFinding]:
         """Whether another process holds the persist directory's files through a client Tombstone does not

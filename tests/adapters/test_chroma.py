@@ -657,10 +657,14 @@ def test_a_batch_searches_only_ids_the_collection_can_still_name(ctomb, monkeypa
                for a in mine[1:])
 
 
-def test_semantic_neighbours_asks_again_when_the_excluded_records_fill_the_first_ask(tmp_path):
-    """The semantic level's neighbour search first asks for what the excluded share of the collection
-    suggests; when the excluded records are exactly the nearest ones, every row of that first ask is short
-    and is asked again: the answer is still the k nearest records not excluded (numpy's exact cosine)."""
+def test_semantic_neighbours_asks_again_when_the_excluded_records_fill_the_first_ask(tmp_path, monkeypatch):
+    """Above the size ranked exactly, the semantic level's neighbour search first asks Chroma for what the
+    excluded share of the collection suggests; when the excluded records are exactly the nearest ones, every
+    row of that first ask is short and is asked again: the answer is still the k nearest records not
+    excluded (numpy's exact cosine)."""
+    from tombstone_adapters.chroma import neighbours
+
+    monkeypatch.setattr(neighbours, "EXACT_UP_TO", 0)
     client = chromadb.PersistentClient(str(tmp_path / "chroma"))
     col = client.create_collection("near", metadata={"hnsw:space": "cosine"})
     rng = np.random.default_rng(7)
@@ -680,9 +684,45 @@ def test_semantic_neighbours_asks_again_when_the_excluded_records_fill_the_first
 
     with mock.patch.object(chromadb.api.models.Collection.Collection, "query", counting):
         [got] = adapter.semantic_neighbours(vectors[:1], 3, exclude)
-    assert got.ids == order[10:13]
+    assert got.ids == order[10:13] and not got.exact
     assert len(asked) == 2 and asked[0] < asked[1] == 13, asked  # the first ask came back short
     assert np.allclose(got.vectors, vectors[[ids.index(i) for i in got.ids]], atol=1e-6)
+
+
+@pytest.mark.parametrize("space", ["cosine", "l2", "ip"])
+def test_semantic_neighbours_of_a_small_collection_are_ranked_exactly_as_chroma_ranks_them(tmp_path, space):
+    """A collection of up to EXACT_UP_TO records is ranked in numpy from its embeddings (read through
+    Chroma's get), with no query to Chroma: the same ids, order and distances as Chroma's own search gives
+    it (HNSW on 200 records is exact), the excluded ids left out; a record written since is seen."""
+    client = chromadb.PersistentClient(str(tmp_path / "chroma"))
+    col = client.create_collection("near", metadata={"hnsw:space": space})
+    rng = np.random.default_rng(11)
+    vectors = rng.normal(size=(200, 16)).astype(np.float32)
+    ids = [f"r{i:03d}" for i in range(200)]
+    col.add(ids=ids, embeddings=vectors)
+    adapter = ChromaAdapter("near", {"path": str(tmp_path / "chroma"), "collection": "near"})
+    queries = rng.normal(size=(8, 16)).astype(np.float32)
+    theirs = col.query(query_embeddings=queries, n_results=12, include=["distances"])
+    asked = []
+    real_query = chromadb.api.models.Collection.Collection.query
+
+    def counting(self, *args, **kwargs):
+        asked.append(kwargs.get("n_results"))
+        return real_query(self, *args, **kwargs)
+
+    exclude = frozenset(theirs["ids"][0][:2])
+    with mock.patch.object(chromadb.api.models.Collection.Collection, "query", counting):
+        got = adapter.semantic_neighbours(queries, 5, exclude)
+    assert asked == [] and all(res.exact for res in got)
+    for res, their_ids, their_d in zip(got, theirs["ids"], theirs["distances"]):
+        expected = [i for i in their_ids if i not in exclude][:5]
+        assert res.ids == expected
+        assert np.allclose(res.distances, [d for i, d in zip(their_ids, their_d) if i in expected], atol=1e-4)
+        assert np.allclose(res.vectors, vectors[[ids.index(i) for i in res.ids]])
+    # the control: a record written since (nearer than any) is in the next answer, not hidden by a stale copy
+    col.add(ids=["new"], embeddings=[queries[3] * 2 if space == "ip" else queries[3]])
+    [after] = adapter.semantic_neighbours(queries[3:4], 5)
+    assert after.ids[0] == "new"
 
 
 STALE_CLIENT = """

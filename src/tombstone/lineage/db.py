@@ -720,11 +720,11 @@ class LineageDB:
     def semantic_snapshots(self, store: str, artifact_ids: Iterable[str]) -> dict[str, tuple[dict[str, Any], bytes]]:
         """The recorded snapshots of these artifacts of ``store`` (those that have one): ``(meta, vectors)``."""
         out = {}
-        for aid in artifact_ids:
-            row = self._conn.execute("SELECT meta, vectors FROM semantic_snapshots WHERE store = ? AND artifact_id = ?",
-                                     (store, aid)).fetchone()
-            if row is not None:
-                out[aid] = (json.loads(row[0]), bytes(row[1]))
+        for part in _parts(list(dict.fromkeys(artifact_ids))):
+            for aid, meta, vectors in self._conn.execute(
+                    "SELECT artifact_id, meta, vectors FROM semantic_snapshots WHERE store = ? AND artifact_id IN"
+                    f" ({','.join('?' * len(part))})", (store, *part)):
+                out[aid] = (json.loads(meta), bytes(vectors))
         return out
 
     # -- model snapshots (tombstone.verify.model) ----------------------------------------------

@@ -27,7 +27,9 @@ near-twins are to theirs is no longer told from one (RESULTS.md measures both).
 
 The **decision** is a rank test of the target's mean drift among the controls' (``scipy.stats.mannwhitneyu``,
 one-sided) together with a bootstrap confidence interval of that mean over its probe queries
-(``scipy.stats.bootstrap``, seeded from the artifact id so that a resumed saga decides the same). Below
+(``scipy.stats.bootstrap``, one call for a batch's artifacts with as many probe queries, its resamples seeded
+from that number, so that an artifact's interval depends on its drifts alone and a resumed saga decides the
+same). Below
 the controls at ``ALPHA`` with the interval's upper end under the controls' median: an echo.
 
 Nothing here names a backend: adapters answer :meth:`tombstone.contract.Adapter.semantic_neighbours` and
@@ -78,6 +80,8 @@ class Neighbours:
     ids: list[str]
     distances: list[float]
     vectors: np.ndarray
+    exact: bool = False
+    """Ranked exactly (every stored vector scored): the same question asked again gets the same answer."""
 
     def __post_init__(self) -> None:
         vectors = np.asarray(self.vectors, dtype=np.float32)
@@ -113,13 +117,40 @@ def centroid(vectors: np.ndarray) -> np.ndarray:
 
 def drift(before: np.ndarray, after: np.ndarray) -> float:
     """Cosine distance between the rank-weighted centroids of a Top-5 before and after."""
-    a, b = centroid(before), centroid(after)
+    return drifts([(before, after)])[0]
+
+
+def _centroids(tops: Sequence[np.ndarray], dim: int) -> np.ndarray:
+    """:func:`centroid` of many Top-5s at once (rows padded with zeros, which weigh nothing)."""
+    rows = np.zeros((len(tops), TOP, dim))
+    weights = np.zeros((len(tops), TOP))
+    for n, top in enumerate(tops):
+        top = np.asarray(top)[:TOP]
+        if len(top):
+            rows[n, : len(top)] = top.reshape(len(top), -1)[:, :dim]
+            weights[n, : len(top)] = rank_weights(len(top))
+    norms = np.sqrt(np.einsum("nid,nid->ni", rows, rows))
+    return np.einsum("ni,nid->nd", weights / np.where(norms == 0, 1, norms), rows)
+
+
+def drifts(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[float]:
+    """:func:`drift` of each (before, after) pair of Top-5s, computed together."""
+    if not pairs:
+        return []
+    dim = max([np.asarray(t).reshape(len(t), -1).shape[1] for pair in pairs for t in pair if len(t)], default=0)
+    a = _centroids([b for b, _ in pairs], dim)
+    b = _centroids([x for _, x in pairs], dim)
     # the norms as np.linalg.norm takes a vector's: the square root of its dot product with itself
-    na, nb = math.sqrt(float(a @ a)), math.sqrt(float(b @ b))
-    if na == 0 or nb == 0:
-        return 0.0 if na == nb else 1.0
-    d = 1.0 - float(a @ b) / (na * nb)
-    return 0.0 if d < 1e-9 else float(min(2.0, d))  # the same Top-5 in float64: rounding, not drift
+    na, nb = np.sqrt(np.einsum("nd,nd->n", a, a)), np.sqrt(np.einsum("nd,nd->n", b, b))
+    dots = np.einsum("nd,nd->n", a, b)
+    out = []
+    for x, y, dot in zip(na.tolist(), nb.tolist(), dots.tolist()):
+        if x == 0 or y == 0:
+            out.append(0.0 if x == y else 1.0)
+            continue
+        d = 1.0 - dot / (x * y)
+        out.append(0.0 if d < 1e-9 else float(min(2.0, d)))  # the same Top-5 in float64: rounding, not drift
+    return out
 
 
 def fit(vector: np.ndarray, dim: int) -> np.ndarray:
@@ -142,9 +173,10 @@ def probe_queries(own: np.ndarray, fragments: Sequence[np.ndarray]) -> list[tupl
     return out
 
 
-def seed_of(artifact_id: str) -> int:
-    """The bootstrap's seed: derived from the artifact id, so a resumed saga draws the same resamples."""
-    return int.from_bytes(hashlib.sha256(f"tombstone-semantic/{artifact_id}".encode()).digest()[:8], "little")
+def seed_of(name: str) -> int:
+    """A seed derived from a name (the bootstrap's: from its number of probe queries), so a resumed saga
+    draws the same resamples."""
+    return int.from_bytes(hashlib.sha256(f"tombstone-semantic/{name}".encode()).digest()[:8], "little")
 
 
 # -- snapshot ---------------------------------------------------------------------------------
@@ -209,29 +241,25 @@ def _search_each(adapter: Any, call: Callable, asked: Mapping[str, Sequence[tupl
     def kept(aid: str, res: Neighbours) -> list[int]:
         return [n for n, i in enumerate(res.ids) if i == aid or i not in asking][:k]
 
-    short = [n for n, ((aid, _), res) in enumerate(zip(order, results))
-             if first < k + extra and len(res.ids) == first and len(kept(aid, res)) < k]
+    keeps = [kept(aid, res) for (aid, _), res in zip(order, results)]
+    short = [n for n, res in enumerate(results) if first < k + extra and len(res.ids) == first and len(keeps[n]) < k]
     if short:
         for n, res in zip(short, _search(adapter, call, [order[n][1] for n in short], k + extra, erased - asking)):
-            results[n] = res
+            results[n], keeps[n] = res, kept(order[n][0], res)
     out: dict[str, list[Neighbours]] = {aid: [] for aid in asked}
-    for (aid, _), res in zip(order, results):
-        keep = kept(aid, res)
-        out[aid].append(Neighbours([res.ids[n] for n in keep], [res.distances[n] for n in keep], res.vectors[keep]))
+    for (aid, _), res, keep in zip(order, results, keeps):
+        out[aid].append(Neighbours([res.ids[n] for n in keep], [res.distances[n] for n in keep], res.vectors[keep],
+                                   res.exact))
     return out
 
 
 def _control_drifts(results: Sequence[Neighbours], control: str) -> list[tuple[int, float, list[str]]]:
     """For each probe of a control whose Top-5 holds it: (its rank, the drift of removing it, the Top-5)."""
-    out = []
-    for res in results:
-        top = res.ids[:TOP]
-        if control not in top:
-            out.append(None)
-            continue
-        keep = [i for i, aid in enumerate(res.ids) if aid != control][:TOP]
-        out.append((top.index(control) + 1, drift(res.vectors[:TOP], res.vectors[keep]), top))
-    return out
+    found = [res for res in results if control in res.ids[:TOP]]
+    moved = iter(drifts([(res.vectors[:TOP], res.vectors[[i for i, aid in enumerate(res.ids) if aid != control][:TOP]])
+                         for res in found]))
+    return [(res.ids[:TOP].index(control) + 1, next(moved), res.ids[:TOP]) if control in res.ids[:TOP] else None
+            for res in results]
 
 
 def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Callable[[Sequence[Any]], Mapping[str, Sequence[Any]]],
@@ -262,13 +290,17 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
                                  "why": "the store did not hold it when the saga began"})
             continue
         asked[aid] = probe_queries(own[aid], fragments.get(aid, []))
-    # every artifact's probe queries in one search, asked twice (the repeat measures the store's own noise)
+    # every artifact's probe queries in one search, asked twice (the repeat measures the store's own noise;
+    # a store that ranked every answer exactly gives the same again, and is not asked)
     firsts = _search_each(adapter, call, asked, TOP, erased)
-    agains = _search_each(adapter, call, asked, TOP, erased)
+    exact = all(res.exact for results in firsts.values() for res in results)
+    agains = firsts if exact else _search_each(adapter, call, asked, TOP, erased)
+    repeats = iter(drifts([] if exact else [(res.vectors[:TOP], res2.vectors[:TOP]) for aid in asked
+                                            for res, res2 in zip(firsts[aid], agains[aid]) if aid in res.ids[:TOP]]))
     for aid, queries in asked.items():
-        first, again = firsts[aid], agains[aid]
+        first = firsts[aid]
         probes, kept_queries, baselines, unusable, repeat = [], [], [], [], []
-        for (label, q), res, res2 in zip(queries, first, again):
+        for (label, q), res in zip(queries, first):
             top = res.ids[:TOP]
             if aid not in top:
                 unusable.append(label)
@@ -277,7 +309,7 @@ def take_snapshots(adapter: Any, artifacts: Sequence[Any], *, probe_vectors: Cal
                            "distances": [round(float(d), 6) for d in res.distances[:TOP]]})
             kept_queries.append(q)
             baselines.append(res.vectors[:TOP])
-            repeat.append(drift(res.vectors[:TOP], res2.vectors[:TOP]))
+            repeat.append(0.0 if exact else next(repeats))
         meta: dict[str, Any] = {"version": VERSION, "probes": probes, "unusable": unusable,
                                 "queries_asked": len(queries), "noise_floor_repeat": max(repeat, default=0.0),
                                 "nearest_similarity": nearest_similarity(own[aid], first[0], aid) if first else None}
@@ -468,26 +500,48 @@ class Decision:
     """Each control's mean drift."""
 
 
-def decide(drifts: Sequence[float], control_drifts: Sequence[float], artifact_id: str) -> Decision:
-    """The rank test and the bootstrap interval (see the module docstring)."""
+def decide(drifts: Sequence[float], control_drifts: Sequence[float], artifact_id: str = "") -> Decision:
+    """The rank test and the bootstrap interval (see the module docstring) for one artifact."""
+    return decide_many([(drifts, control_drifts)])[0]
+
+
+def decide_many(measurements: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[Decision]:
+    """:func:`decide` for many artifacts, each ``(drifts, control_drifts)``: one bootstrap call for all those
+    with as many probe queries, one rank test for all those with as many controls.
+
+    The resamples are drawn from a generator seeded by the number of probe queries alone, so an artifact's
+    interval depends on its drifts only: the same in a batch as alone, and again when a saga resumes."""
     from scipy import stats
 
-    d = np.asarray(drifts, dtype=np.float64)
-    c = np.asarray(control_drifts, dtype=np.float64)
-    mean = float(d.mean())
+    ds = [np.asarray(d, dtype=np.float64) for d, _ in measurements]
+    cs = [np.asarray(c, dtype=np.float64) for _, c in measurements]
+    means = np.asarray([float(d.mean()) for d in ds])
+    lo, hi, p = means.copy(), means.copy(), np.ones(len(ds))
+    by_probes: dict[int, list[int]] = {}
+    by_controls: dict[int, list[int]] = {}
+    for n, (d, c) in enumerate(zip(ds, cs)):
+        if np.ptp(d) > 0:  # a degenerate sample (all probes equal) gives its single value
+            by_probes.setdefault(len(d), []).append(n)
+        if len(c):
+            by_controls.setdefault(len(c), []).append(n)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a degenerate sample (all probes equal) gives its single value
-        if np.ptp(d) > 0:
-            interval = stats.bootstrap((d,), np.mean, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
-                                       method="percentile", rng=np.random.default_rng(seed_of(artifact_id)))
-            lo, hi = float(interval.confidence_interval.low), float(interval.confidence_interval.high)
-        else:
-            lo = hi = mean
-        p = float(stats.mannwhitneyu([mean], c, alternative="less", method="exact").pvalue)
-    lo, hi = (mean, mean) if math.isnan(lo) or math.isnan(hi) else (lo, hi)
-    rank = 1 + int(np.sum(c < mean))
-    echo = p <= ALPHA and hi < float(np.median(c))
-    return Decision(echo, mean, (lo, hi), p, rank, [float(x) for x in c])
+        warnings.simplefilter("ignore")
+        for size, rows in by_probes.items():
+            interval = stats.bootstrap((np.stack([ds[n] for n in rows]),), np.mean, confidence_level=CONFIDENCE,
+                                       n_resamples=RESAMPLES, method="percentile", axis=-1,
+                                       rng=np.random.default_rng(seed_of(f"bootstrap:{size}")))
+            lo[rows] = np.atleast_1d(interval.confidence_interval.low)
+            hi[rows] = np.atleast_1d(interval.confidence_interval.high)
+        for size, rows in by_controls.items():
+            p[rows] = np.atleast_1d(stats.mannwhitneyu(means[rows][:, None], np.stack([cs[n] for n in rows]),
+                                                       alternative="less", method="exact", axis=1).pvalue)
+    out = []
+    for n, (mean, c) in enumerate(zip(means.tolist(), cs)):
+        low, high = (mean, mean) if math.isnan(lo[n]) or math.isnan(hi[n]) else (float(lo[n]), float(hi[n]))
+        rank = 1 + int(np.sum(c < mean))
+        echo = bool(len(c)) and float(p[n]) <= ALPHA and high < float(np.median(c))
+        out.append(Decision(echo, mean, (low, high), float(p[n]), rank, [float(x) for x in c]))
+    return out
 
 
 __all__ = [
@@ -502,7 +556,9 @@ __all__ = [
     "Snapshot",
     "centroid",
     "decide",
+    "decide_many",
     "drift",
+    "drifts",
     "probe_queries",
     "rank_weights",
     "seed_of",

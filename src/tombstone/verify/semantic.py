@@ -19,6 +19,7 @@ echo candidates of a failure are named in the clear, as the lead a person follow
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -67,7 +68,7 @@ class SemanticStage:
         measured = {aid: s for aid, s in measured.items() if aid not in incomplete}
         erased = frozenset(a.artifact_id for a in artifacts)
         failed = None
-        reference = ctx.reference or _salted_reference()
+        reference = functools.lru_cache(maxsize=None)(ctx.reference or _salted_reference())  # controls recur
         try:
             after = _after(ctx.call, adapter, measured, erased)
             noise = _noise_floor(ctx.call, adapter, measured, erased)
@@ -75,6 +76,14 @@ class SemanticStage:
             raise  # the store's: retried, dead-lettered or recorded by the caller
         except Exception as exc:  # noqa: BLE001 - a measurement that breaks must not hold up the receipt
             failed = f"the semantic measurement failed: {type(exc).__name__}: {exc}"
+        decisions: dict[str, tuple[list[float], nb.Decision]] = {}
+        if not failed:
+            try:  # one bootstrap and one rank test per group of alike artifacts, not one per artifact
+                drifts = {aid: _drifts(snap, after[aid]) for aid, snap in measured.items()}
+                decided = nb.decide_many([(drifts[aid], _control_means(snap)) for aid, snap in measured.items()])
+                decisions = {aid: (drifts[aid], d) for aid, d in zip(measured, decided)}
+            except Exception as exc:  # noqa: BLE001 - as below, for every artifact measured
+                failed = f"the semantic measurement failed: {type(exc).__name__}: {exc}"
         for art in artifacts:
             aid = art.artifact_id
             snap = snaps.get(aid)
@@ -86,7 +95,8 @@ class SemanticStage:
                 out.outcomes[aid] = NotRun(self.level, failed)
             elif aid in measured:
                 try:
-                    out.outcomes[aid] = _outcome(adapter.store, aid, snap, after[aid], noise.get(aid, {}), reference)
+                    out.outcomes[aid] = _outcome(adapter.store, aid, snap, after[aid], noise.get(aid, {}), reference,
+                                                 decisions[aid])
                 except Exception as exc:  # noqa: BLE001 - as above, for this artifact alone
                     out.outcomes[aid] = NotRun(self.level, f"the semantic measurement failed: {type(exc).__name__}: {exc}")
             else:
@@ -148,29 +158,39 @@ def _noise_floor(call: Callable, adapter: Any, measured: dict[str, nb.Snapshot],
     vectors = dict(call(lambda: adapter.stored_vectors(baseline_ids)))
     out = {}
     # a control serves many artifacts of a batch: its drift (its own Top-5 then and now) is measured once
-    drifts: dict[tuple[str, tuple[str, ...]], float] = {}
-    for aid, snap in measured.items():
-        moved = []
+    pairs: dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = {}
+    for snap in measured.values():
         for c in snap.meta["controls"]:
             res = results.get(c["id"])
-            if res is None or not all(i in vectors for i in c["own_baseline"]):
-                continue
             key = (c["id"], tuple(c["own_baseline"]))
-            if key not in drifts:
-                drifts[key] = nb.drift(np.stack([vectors[i] for i in c["own_baseline"]]), res.vectors[: nb.TOP])
-            moved.append(drifts[key])
+            if res is not None and key not in pairs and all(i in vectors for i in c["own_baseline"]):
+                pairs[key] = (np.stack([vectors[i] for i in c["own_baseline"]]), res.vectors[: nb.TOP])
+    drifts = dict(zip(pairs, nb.drifts(list(pairs.values()))))
+    for aid, snap in measured.items():
+        moved = [drifts[key] for c in snap.meta["controls"] if (key := (c["id"], tuple(c["own_baseline"]))) in drifts]
         if moved:
             out[aid] = {"median": round(float(np.median(moved)), 6), "max": round(float(np.max(moved)), 6),
                         "neighbourhoods": len(moved)}
     return out
 
 
+def _drifts(snap: nb.Snapshot, after: list[nb.Neighbours]) -> list[float]:
+    """Each probe query's drift: its Top-5 before suppression against its answer after reclaim."""
+    return nb.drifts([(before, res.vectors[: nb.TOP]) for before, res in zip(snap.baselines, after)])
+
+
+def _control_means(snap: nb.Snapshot) -> list[float]:
+    return [sum(c["drifts"]) / len(c["drifts"]) for c in snap.meta["controls"]]
+
+
 def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours], noise: dict[str, float],
-             reference: Callable[[str, str], str]) -> ProbeResult:
-    probes, drifts, replaced = [], [], Counter()
-    for probe, before, res in zip(snap.meta["probes"], snap.baselines, after):
-        d = nb.drift(before, res.vectors[: nb.TOP])
-        drifts.append(d)
+             reference: Callable[[str, str], str], decided: tuple[list[float], nb.Decision] | None = None) -> ProbeResult:
+    """One artifact's semantic outcome; ``decided`` is its drifts and decision where a batch took them."""
+    drifts, decision = decided if decided is not None else (_drifts(snap, after), None)
+    if decision is None:
+        decision = nb.decide(drifts, _control_means(snap))
+    probes, replaced = [], Counter()
+    for probe, d, res in zip(snap.meta["probes"], drifts, after):
         now = res.ids[: nb.TOP]
         took = now[probe["rank"] - 1] if len(now) >= probe["rank"] else None
         if took is not None:
@@ -178,7 +198,6 @@ def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours]
         probes.append({"query": probe["label"], "rank_before": probe["rank"], "drift": round(d, 6),
                        "in_its_place": took})
     controls = snap.meta["controls"]
-    decision = nb.decide(drifts, [float(np.mean(c["drifts"])) for c in controls], aid)
     median = float(np.median(decision.control_drifts))
     if not decision.echo:
         # not a lead: the artifacts of other subjects that now answer its probes are named by keyed reference only
@@ -257,8 +276,9 @@ def snapshot(adapter: Any, artifacts: Sequence[ArtifactRecord], lineage: Any, ow
     by_saga: dict[str, dict[str, tuple[dict[str, Any], bytes]]] = {}
     for aid, snap in snaps.items():
         by_saga.setdefault(owners.get(aid, ""), {})[aid] = snap.encode()
-    for saga_id, rows in sorted(by_saga.items()):
-        lineage.save_semantic_snapshots(saga_id, adapter.store, rows)
+    with lineage.atomic():  # one commit for a batch's sagas
+        for saga_id, rows in sorted(by_saga.items()):
+            lineage.save_semantic_snapshots(saga_id, adapter.store, rows)
     detail: dict[str, Any] = {"artifacts": {aid: {"outcome": s.meta.get("outcome"), "probes": len(s.meta.get("probes", [])),
                                                   "controls": len(s.meta.get("controls", []))}
                                             for aid, s in sorted(snaps.items())}}
