@@ -58,8 +58,9 @@ def rank_exact(space: str, ids: Sequence[str], matrix: np.ndarray, vectors: np.n
         near_d = np.take_along_axis(d, near, axis=1)
         order = np.argsort(near_d, axis=1, kind="stable")
         near, near_d = np.take_along_axis(near, order, axis=1), np.take_along_axis(near_d, order, axis=1)
-        for picked, dist in zip(near, near_d):
-            out.append(Neighbours(names[picked].tolist(), dist.astype(float).tolist(), rows[picked], exact=True))
+        picked_rows = rows[near]  # (queries, take, dim): one gather for the page
+        for n, (picked, dist) in enumerate(zip(names[near].tolist(), near_d.astype(float).tolist())):
+            out.append(Neighbours(picked, dist, picked_rows[n], exact=True))
     return out
 
 

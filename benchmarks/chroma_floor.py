@@ -1,0 +1,154 @@
+"""Chroma: one subject's erasure against what Chroma's own tools cost, and leave, at the same size.
+
+Each size is built by ``scale.py build chroma N`` (dim-384 unit vectors in subjects of 100 chunks, written with
+their lineage through the wrapper). Then, each time on a fresh copy of the built deployment and in a process
+of its own: one subject erased by Tombstone (``Tombstone.erase``: suppress, in-place reclaim, probes, receipt);
+or the same subject's records deleted with Chroma's own client (``collection.delete``, in a fresh client, as
+an app would) followed by ``chroma vacuum --force`` (Chroma's command, a SQLite VACUUM of ``chroma.sqlite3``),
+the floor a user pays without Tombstone. After each, the store's files are scanned for the subject's
+vector and id patterns (what the physical probe looks for).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HEADINGS = ("Chroma: the erasure against Chroma's own delete and vacuum",)
+SIZES = tuple(int(n) for n in os.environ.get("TOMBSTONE_BENCH_CHROMA_FLOOR_SIZES", "10000,100000").split(","))
+REPS = 3
+HERE = Path(__file__).resolve().parent
+
+
+def _patterns(config, ref: str):
+    """The subject's artifact ids and their physical patterns, read before anything is deleted."""
+    from tombstone import Tombstone
+
+    with Tombstone(config) as tomb:
+        adapter = tomb.adapter("chroma")
+        arts = tomb.lineage.artifacts_for(tomb.lineage.subject_key(ref))
+        patterns = {f"{a.artifact_id}:{k}": v for a in arts for k, v in adapter.physical_patterns(a).items()}
+        return [a.artifact_id for a in arts], patterns
+
+
+def _left(store: Path, patterns: dict[str, bytes]) -> int:
+    """How many of the subject's artifacts still have a pattern somewhere in the store's files."""
+    from tombstone.verify.scanner import scan_files
+
+    report = scan_files(sorted(p for p in store.rglob("*") if p.is_file()), patterns, root=store)
+    return len({key.split(":", 1)[0] for key, hits in report.hits.items() if hits})
+
+
+def measure(how: str, work: Path, ref: str) -> dict:
+    """One run in this process on the deployment copied to ``work``."""
+    from tombstone import Tombstone
+    from tombstone.config import load_config
+
+    config = load_config(work / "tombstone.toml")
+    store = work / "stores" / "chroma"
+    ids, patterns = _patterns(config, ref)
+    out: dict = {"records": len(ids)}
+    if how == "tombstone":
+        with Tombstone(config) as tomb:
+            t = time.perf_counter()
+            receipt, _ = tomb.erase(ref)
+            out["erase"] = time.perf_counter() - t
+        out["verified"] = receipt["summary"].get("VERIFIED", 0)
+    else:
+        import chromadb
+
+        t = time.perf_counter()
+        client = chromadb.PersistentClient(str(store))
+        client.get_collection(config.stores["chroma"].options["collection"]).delete(ids=ids)
+        out["delete"] = time.perf_counter() - t
+        del client
+        chroma = Path(sys.executable).with_name("chroma")
+        t = time.perf_counter()
+        proc = subprocess.run([str(chroma), "vacuum", "--path", str(store), "--force"], capture_output=True,
+                              text=True, check=False)
+        out["vacuum"] = time.perf_counter() - t
+        out["vacuum_ok"] = proc.returncode == 0
+        if proc.returncode != 0:
+            out["vacuum_error"] = (proc.stderr or proc.stdout).strip()[-300:]
+    out["left"] = _left(store, patterns)
+    return out
+
+
+def run(tmp: Path) -> dict:
+    rows = []
+    for size in SIZES:
+        base = tmp / f"chroma-{size}"
+        base.mkdir(parents=True)
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(HERE / "scale.py"), "build", "chroma", str(size), str(base)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"chroma {size}: build failed\n{proc.stderr[-3000:]}")
+        built = json.loads(proc.stdout.strip().splitlines()[-1])
+        row: dict = {"size": size, "build": time.perf_counter() - t, "runs": {"tombstone": [], "floor": []}}
+        for rep in range(REPS):
+            for how in ("tombstone", "floor"):
+                work = tmp / "work"
+                shutil.rmtree(work, ignore_errors=True)
+                shutil.copytree(base / "deploy", work)
+                proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), how, str(work),
+                                       built["refs"][rep]], capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"chroma {size} {how}: failed\n{proc.stderr[-3000:]}")
+                row["runs"][how].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                print(f"  chroma {size} {how}: {row['runs'][how][-1]}", file=sys.stderr, flush=True)
+        store = base / "deploy" / "stores" / "chroma"
+        row["store_mib"] = sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) / (1 << 20)
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(tmp / "work", ignore_errors=True)
+        rows.append(row)
+    return {"rows": rows}
+
+
+def section(result: dict) -> str:
+    lines = [
+        f"## {HEADINGS[0]}",
+        "",
+        "One subject (100 records) of a Chroma collection of dim-384 vectors written with their lineage through the"
+        " wrapper; each run on a fresh copy of the built store, in a process of its own, the two ways in turn,"
+        f" median of {REPS}. *Tombstone*: `Tombstone.erase` end to end (suppress, in-place reclaim, probes, signed"
+        " receipt). *Chroma's own*: the records deleted with Chroma's client (`collection.delete`, a fresh client"
+        " as an app would open it) and then `chroma vacuum --force`, Chroma's command for reclaiming space (a"
+        " SQLite VACUUM of `chroma.sqlite3`): the floor a user pays without Tombstone. *Left*: of the subject's"
+        " 100 records, how many still have their vector or id somewhere in the store's files afterwards (the"
+        " physical probe's patterns, scanned over every file).",
+        "",
+        "| vectors | store MiB | Tombstone: erase | left | Chroma's own: delete | vacuum | delete + vacuum | left |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        tomb, floor = row["runs"]["tombstone"], row["runs"]["floor"]
+        erase = statistics.median(r["erase"] for r in tomb)
+        delete = statistics.median(r["delete"] for r in floor)
+        vacuum = statistics.median(r["vacuum"] for r in floor)
+        both = statistics.median(r["delete"] + r["vacuum"] for r in floor)
+        left_t = "/".join(str(r["left"]) for r in tomb)
+        left_f = "/".join(str(r["left"]) for r in floor)
+        failed = [r["vacuum_error"] for r in floor if not r.get("vacuum_ok")]
+        lines.append(f"| {row['size']:,} | {row['store_mib']:.0f} | {erase:.2f} s | {left_t} | {delete:.2f} s |"
+                     f" {vacuum:.2f} s{' (failed)' if failed else ''} | {both:.2f} s | {left_f} |")
+    lines += [
+        "",
+        "*left* lists each run's count. Chroma's delete loads the collection's whole HNSW index into the client"
+        " and marks the records deleted in it, and removes their rows from `chroma.sqlite3`; the vacuum writes"
+        " the SQLite file anew, without the free pages. The index files keep the deleted vectors (hnswlib marks"
+        " a slot deleted and leaves its bytes), so the floor is cheaper than an erasure and leaves the vectors"
+        " behind; Tombstone's in-place reclaim zeroes those slots, merges the full-text index and zeroes the"
+        " free space of every page of the database instead of rewriting it (verification-levels.md, Chroma).",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(sys.argv[1], Path(sys.argv[2]), sys.argv[3])))
