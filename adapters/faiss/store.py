@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import mmap
 import operator
 import os
@@ -1230,14 +1231,17 @@ class FaissStore:
             # a short result, maps to no id). Only a query that lost one of its top k to that drop is searched
             # again below, past the hidden labels (something hidden is a few of the store's records: most
             # queries never meet one).
-            dist, labels = self._index.search(queries, min(k, total))
+            # While records are hidden, each query asks for its k plus twice the hidden ones expected among
+            # them (and a few more): a graph search that deep costs about what k costs.
+            ask = min(total, k + (math.ceil(2 * k * len(excluded) / total) + 4 if excluded else 0))
+            dist, labels = self._index.search(queries, ask)
             todo = []
             for q, (drow, lrow) in enumerate(zip(dist.tolist(), labels.tolist())):
                 hits = [(id_of[label], d) for d, label in zip(drow, lrow) if label in id_of and label not in excluded]
-                if excluded and len(hits) < len(lrow) and any(label in excluded for label in lrow):
+                if len(hits) < min(k, total) and any(label in excluded for label in lrow):
                     todo.append(q)
                 else:
-                    results[q] = hits
+                    results[q] = hits[:k]
             if not todo:
                 return results
         params = None

@@ -642,12 +642,15 @@ def test_a_commit_from_an_older_generation_writes_nothing(ftomb):
     assert len(FaissStore(store_dir(ftomb), create=False).get()) == 5
 
 
-def test_a_search_meeting_hidden_ids_is_searched_again_and_the_others_are_not(ftomb):
-    """While ids are suppressed in the lineage db (the store not yet touched), the index's own search runs
-    for every query and only a query whose top k held a hidden id is searched again past them (with the
-    exclusion selector). Every row equals the first k visible ids of a wide raw search. Control: the raw
-    top k of the first query holds the hidden ids."""
-    mine = write(ftomb, "alice", 4, texts=[text("shared query words")] * 4)
+@pytest.mark.parametrize("hidden", [4, 12])
+def test_a_search_left_short_by_hidden_ids_is_searched_again_and_the_others_are_not(ftomb, hidden):
+    """While ids are suppressed in the lineage db (the store not yet touched), the index's own search runs for
+    every query, asking for k plus twice the hidden ids expected among them and four more; only a query left
+    with fewer than k visible ids is searched again past them (with the exclusion selector): none where 4 ids
+    near the first query are hidden (k = 6 asks 12), that query where 12 are (6 asks 14). Every row equals
+    the first k visible ids of a wide raw search. Control: the raw top k of the first query holds the hidden
+    ids."""
+    mine = write(ftomb, "alice", hidden, texts=[text("shared query words")] * hidden)
     theirs = write(ftomb, "bob", 30)
     ftomb.lineage.record_suppressions("e1", [ftomb.lineage.artifact("vec", i) for i in mine])
     store = app_store(ftomb)
@@ -655,18 +658,22 @@ def test_a_search_meeting_hidden_ids_is_searched_again_and_the_others_are_not(ft
     id_of = {label: i for i, label in store.side["labels"].items()}
     _, wide = store.raw_search(queries, len(mine) + len(theirs))
     wide = [[id_of[label] for label in row if label >= 0] for row in wide.tolist()]
-    assert set(mine) <= set(wide[0][:6]), "control: the raw top 6 holds the hidden ids"
+    assert set(mine[:4]) <= set(wide[0][:6]), "control: the raw top 6 holds hidden ids"
     assert not set(mine) & set(wide[1][:6]), "control: the second query's raw top 6 holds none"
     searched = []
     search = store.index.search
 
     def counting(x, k, params=None, **kwargs):
-        searched.append((len(x), params is not None))
+        searched.append((len(x), k, params is not None))
         return search(x, k, params=params, **kwargs)
 
     with mock.patch.object(store.index, "search", side_effect=counting):
         got = store.search(query_embeddings=queries, k=6)
-    assert searched == [(2, False), (1, True)], "only the query that met hidden ids is searched again"
+    if hidden == 4:
+        assert searched == [(2, 12, False)], "no query was left short: none is searched again"
+    else:
+        assert searched[0] == (2, 14, False) and [(n, p) for n, _, p in searched[1:]] == [(1, True)], \
+            "only the query left short is searched again"
     for row, wide_row in zip(got, wide):
         assert [aid for aid, _ in row] == [i for i in wide_row if i not in mine][:6]
 
