@@ -45,7 +45,19 @@ def _left(store: Path, patterns: dict[str, bytes]) -> int:
     return len({key.split(":", 1)[0] for key, hits in report.hits.items() if hits})
 
 
-def measure(how: str, work: Path, ref: str) -> dict:
+def _reclaim_time(tomb, receipt) -> float:
+    """The saga's reclaim step, from its journal (begin to end)."""
+    from scale import _steps
+
+    return _steps(tomb, receipt["saga_id"]).get("reclaim", float("nan"))
+
+
+def _fulltext(receipt) -> str:
+    evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    return "in place" if evidence.get("fulltext_secure_delete") else "merged" if evidence.get("fulltext_merged") else "none"
+
+
+def measure(how: str, work: Path, ref: str, later: str) -> dict:
     """One run in this process on the deployment copied to ``work``."""
     from tombstone import Tombstone
     from tombstone.config import load_config
@@ -59,7 +71,15 @@ def measure(how: str, work: Path, ref: str) -> dict:
             t = time.perf_counter()
             receipt, _ = tomb.erase(ref)
             out["erase"] = time.perf_counter() - t
-        out["verified"] = receipt["summary"].get("VERIFIED", 0)
+            out["reclaim"] = _reclaim_time(tomb, receipt)
+            out["fulltext"] = _fulltext(receipt)
+            # the next subject's erasure: the full-text index now deletes in place (nothing to merge)
+            t = time.perf_counter()
+            second, _ = tomb.erase(later)
+            out["next_erase"] = time.perf_counter() - t
+            out["next_reclaim"] = _reclaim_time(tomb, second)
+            out["next_fulltext"] = _fulltext(second)
+        out["verified"] = receipt["summary"].get("VERIFIED", 0) + second["summary"].get("VERIFIED", 0)
     else:
         import chromadb
 
@@ -101,7 +121,8 @@ def run(tmp: Path) -> dict:
                 shutil.rmtree(work, ignore_errors=True)
                 shutil.copytree(base / "deploy", work)
                 proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), how, str(work),
-                                       built["refs"][rep]], capture_output=True, text=True, check=False)
+                                       built["refs"][rep], built["refs"][REPS + rep]], capture_output=True, text=True,
+                                      check=False)
                 if proc.returncode != 0:
                     raise RuntimeError(f"chroma {size} {how}: failed\n{proc.stderr[-3000:]}")
                 row["runs"][how].append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -121,26 +142,35 @@ def section(result: dict) -> str:
         "One subject (100 records) of a Chroma collection of dim-384 vectors written with their lineage through the"
         " wrapper; each run on a fresh copy of the built store, in a process of its own, the two ways in turn,"
         f" median of {REPS}. *Tombstone*: `Tombstone.erase` end to end (suppress, in-place reclaim, probes, signed"
-        " receipt). *Chroma's own*: the records deleted with Chroma's client (`collection.delete`, a fresh client"
-        " as an app would open it) and then `chroma vacuum --force`, Chroma's command for reclaiming space (a"
-        " SQLite VACUUM of `chroma.sqlite3`): the floor a user pays without Tombstone. *Left*: of the subject's"
-        " 100 records, how many still have their vector or id somewhere in the store's files afterwards (the"
-        " physical probe's patterns, scanned over every file).",
+        " receipt), a first subject and then another, with the reclaim step's own time from the saga's journal:"
+        " the first erasure of a store turns FTS5 `secure-delete` on and merges the whole full-text index once,"
+        " the next deletes its full-text entries in place (`adapters/chroma/fulltext.py`). *Chroma's own*: the"
+        " records deleted with Chroma's client (`collection.delete`, a fresh client as an app would open it) and"
+        " then `chroma vacuum --force`, Chroma's command for reclaiming space (a SQLite VACUUM of"
+        " `chroma.sqlite3`): the floor a user pays without Tombstone. *Left*: of the (first) subject's 100"
+        " records, how many still have their vector or id somewhere in the store's files afterwards (the"
+        " physical probe's patterns, scanned over every file), per run.",
         "",
-        "| vectors | store MiB | Tombstone: erase | left | Chroma's own: delete | vacuum | delete + vacuum | left |",
-        "|---|---|---|---|---|---|---|---|",
+        "| vectors | store MiB | Tombstone: first erasure | its reclaim | next erasure | its reclaim | left |"
+        " Chroma's own: delete | vacuum | delete + vacuum | left |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         tomb, floor = row["runs"]["tombstone"], row["runs"]["floor"]
-        erase = statistics.median(r["erase"] for r in tomb)
-        delete = statistics.median(r["delete"] for r in floor)
-        vacuum = statistics.median(r["vacuum"] for r in floor)
+
+        def med(runs, key):
+            return statistics.median(r[key] for r in runs)
+
         both = statistics.median(r["delete"] + r["vacuum"] for r in floor)
         left_t = "/".join(str(r["left"]) for r in tomb)
         left_f = "/".join(str(r["left"]) for r in floor)
         failed = [r["vacuum_error"] for r in floor if not r.get("vacuum_ok")]
-        lines.append(f"| {row['size']:,} | {row['store_mib']:.0f} | {erase:.2f} s | {left_t} | {delete:.2f} s |"
-                     f" {vacuum:.2f} s{' (failed)' if failed else ''} | {both:.2f} s | {left_f} |")
+        first_ft = "/".join(sorted({r["fulltext"] for r in tomb}))
+        next_ft = "/".join(sorted({r["next_fulltext"] for r in tomb}))
+        lines.append(f"| {row['size']:,} | {row['store_mib']:.0f} | {med(tomb, 'erase'):.2f} s |"
+                     f" {med(tomb, 'reclaim'):.2f} s (full text {first_ft}) | {med(tomb, 'next_erase'):.2f} s |"
+                     f" {med(tomb, 'next_reclaim'):.2f} s (full text {next_ft}) | {left_t} | {med(floor, 'delete'):.2f} s |"
+                     f" {med(floor, 'vacuum'):.2f} s{' (failed)' if failed else ''} | {both:.2f} s | {left_f} |")
     starts = [r["cli_start"] for row in result["rows"] for r in row["runs"]["floor"] if "cli_start" in r]
     lines += [
         "",
@@ -150,11 +180,11 @@ def section(result: dict) -> str:
         " HNSW index marks a deleted slot and leaves its bytes, and the vacuum rewrites only the SQLite file, so"
         " every record's vector or id is still in the store's files after both (the residue table above shows"
         " the same with the delete alone). Tombstone's erasure leaves none: its in-place reclaim zeroes the HNSW"
-        " slots, merges the full-text index and zeroes the free space of the database's pages rather than"
-        " writing the file anew (verification-levels.md, Chroma).",
+        " slots, takes the full-text entries out (merging the whole index only the first time) and zeroes the"
+        " free space of the database's pages rather than writing the file anew (verification-levels.md, Chroma).",
     ]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure(sys.argv[1], Path(sys.argv[2]), sys.argv[3])))
+    print(json.dumps(measure(sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4])))

@@ -28,7 +28,7 @@ from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.scanner import check_regular
 
-from . import inplace
+from . import fulltext, inplace
 from .wrapper import BACKEND, REWRITE_SUFFIX, SUPPRESSED, TombstoneCollection, bump_epoch, fresh_client
 from .hooks import ChromaHooks
 from .neighbours import ChromaNeighbours
@@ -333,12 +333,14 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
         ids = self._ids(artifacts)
         col = self.collection()
         collection_id = str(col.id)
-        conn = self._db()
+        conn = fulltext.connect(self.path / "chroma.sqlite3")
         try:
             conn.execute("PRAGMA secure_delete=ON")
             segments = dict(conn.execute("SELECT scope, id FROM segments WHERE collection = ?", (collection_id,)))
             topics = [t for (t,) in conn.execute("SELECT DISTINCT topic FROM embeddings_queue")
                       if t.rsplit("/", 1)[-1] == collection_id]
+            # the full-text index already deletes in place (secure-delete, merged once): nothing to merge after
+            in_place_fulltext = fulltext.settled(conn, self.path)
             rows = inplace.delete_rows(conn, ids, segments.get("METADATA"), topics)
         finally:
             conn.close()
@@ -349,10 +351,10 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
         vector = segments.get("VECTOR")
         slots = inplace.erase_slots(self.path / vector, ids) if vector else {}
         kill_point("reclaim:chroma:slots-erased")
-        conn = self._db()
+        conn = fulltext.connect(self.path / "chroma.sqlite3")
         try:
             conn.execute("PRAGMA secure_delete=ON")
-            merged = inplace.merge_fulltext(conn)
+            merged = False if in_place_fulltext else fulltext.turn_on_and_merge(conn, self.path)
             checkpoint = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
@@ -371,12 +373,14 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
                       " secure_delete connection",
                       "mark their HNSW slots deleted, zero their vectors and every deleted slot's, drop their ids"
                       " from index_metadata.pickle",
-                      "merge the full-text index",
+                      ("the full-text rows deleted in place (FTS5 secure-delete, on since an earlier reclaim merged"
+                       " the index)" if in_place_fulltext else
+                       "turn FTS5 secure-delete on and merge the full-text index"),
                       "zero the free space of every page of chroma.sqlite3 (what Chroma's own deletes and rewrites,"
                       " with secure_delete off, left there)",
                       "reload the collection from its files (a new epoch token for the wrappers)",
                       "zero HNSW slots past cur_element_count"],
-            "rows_deleted": rows, "hnsw": slots, "fulltext_merged": merged,
+            "rows_deleted": rows, "hnsw": slots, "fulltext_merged": merged, "fulltext_secure_delete": in_place_fulltext,
             "free_space_zeroed": free_space,
             "wal_checkpoint_busy": bool(checkpoint and checkpoint[0]), "hnsw_tail_bytes_zeroed": zeroed,
             "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",

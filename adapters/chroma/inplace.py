@@ -30,6 +30,8 @@ import numpy as np
 from tombstone.faults import kill_point
 from tombstone.fsutil import write_atomic
 
+from .fulltext import changed
+
 ID_MAP = "index_metadata.pickle"
 DELETE_MARK = 0x01
 DELETE_OPERATION = 3  # chromadb's code for Operation.DELETE in embeddings_queue
@@ -171,12 +173,11 @@ def erase_slots(folder: Path, ids: Iterable[str]) -> dict[str, int]:
     return {"slots_marked": int(newly_marked.sum()), "vectors_zeroed": len(nonzero), "ids_dropped": len(ids)}
 
 
-def delete_rows(conn: sqlite3.Connection, ids: list[str], metadata_segment: str | None,
-                topics: list[str]) -> dict[str, int]:
+def delete_rows(conn: Any, ids: list[str], metadata_segment: str | None, topics: list[str]) -> dict[str, int]:
     """Delete the records' rows on ``conn`` (which has ``secure_delete`` on, so SQLite zeroes their cells and
     the pages it frees): the metadata segment's rows (embeddings, their metadata, the document's full-text
     row) and every queue row of theirs in this collection's topics, which becomes an empty DELETE (of id
-    ``''``, which no record has). One transaction."""
+    ``''``, which no record has). One transaction. ``conn`` is ``sqlite3``'s or apsw's (``fulltext.connect``)."""
     counts = {"embeddings": 0, "metadata": 0, "fulltext": 0, "queue": 0}
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     per_row = [t for t in ("embedding_metadata", "embedding_metadata_array") if t in tables]
@@ -195,19 +196,17 @@ def delete_rows(conn: sqlite3.Connection, ids: list[str], metadata_segment: str 
                 rpart = rowids[rstart:rstart + 500]
                 rmarks = ",".join("?" * len(rpart))
                 for table in per_row:
-                    counts["metadata"] += conn.execute(
-                        f"DELETE FROM {table} WHERE id IN ({rmarks})", rpart).rowcount  # noqa: S608
+                    counts["metadata"] += changed(conn, f"DELETE FROM {table} WHERE id IN ({rmarks})", rpart)  # noqa: S608
                 if fulltext:
-                    counts["fulltext"] += conn.execute(
-                        f"DELETE FROM embedding_fulltext_search WHERE rowid IN ({rmarks})", rpart).rowcount  # noqa: S608
-                counts["embeddings"] += conn.execute(
-                    f"DELETE FROM embeddings WHERE id IN ({rmarks})", rpart).rowcount  # noqa: S608
+                    counts["fulltext"] += changed(
+                        conn, f"DELETE FROM embedding_fulltext_search WHERE rowid IN ({rmarks})", rpart)  # noqa: S608
+                counts["embeddings"] += changed(conn, f"DELETE FROM embeddings WHERE id IN ({rmarks})", rpart)  # noqa: S608
             for topic in topics:
                 # emptied, not deleted: the queue's seq_id has no AUTOINCREMENT, so deleting its last rows
                 # would hand their seq_ids to the next writes, which every segment has seen already and skips
-                counts["queue"] += conn.execute(
-                    f"UPDATE embeddings_queue SET operation = ?, id = '', vector = NULL, encoding = NULL,"  # noqa: S608
-                    f" metadata = NULL WHERE topic = ? AND id IN ({marks})", (DELETE_OPERATION, topic, *part)).rowcount
+                counts["queue"] += changed(
+                    conn, f"UPDATE embeddings_queue SET operation = ?, id = '', vector = NULL, encoding = NULL,"  # noqa: S608
+                    f" metadata = NULL WHERE topic = ? AND id IN ({marks})", (DELETE_OPERATION, topic, *part))
         conn.execute("COMMIT")
     except BaseException:
         _rollback(conn)
@@ -247,12 +246,3 @@ def flag_rows(conn: sqlite3.Connection, metadata_segment: str, ids: list[str], k
         _rollback(conn)
         raise
     return len(rowids)
-
-
-def merge_fulltext(conn: sqlite3.Connection) -> bool:
-    """Merge the full-text index into one segment: a deleted document's terms leave the index only when the
-    segments that held them are merged (FTS5 records a delete as a new entry, not by editing old ones)."""
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'embedding_fulltext_search'").fetchone():
-        return False
-    conn.execute("INSERT INTO embedding_fulltext_search(embedding_fulltext_search) VALUES ('optimize')")
-    return True

@@ -1,0 +1,91 @@
+"""Chroma's full-text index (the FTS5 table ``embedding_fulltext_search``) in an in-place reclaim.
+
+FTS5 records a delete as a new entry: the deleted document's terms stay in the segments that held them until
+those segments are merged, and a merge of the whole index (``optimize``) rewrites all of it, which at a
+million records is most of a reclaim. Its ``secure-delete`` option (SQLite 3.42) takes a deleted row's
+entries out of the segments where they lie instead; once a table has used it, FTS5 marks the table's format
+as one that SQLite before 3.42 refuses to open. Chroma 1.x writes ``chroma.sqlite3`` through the SQLite
+bundled in its Rust bindings (3.46.0 in 1.5.9), which reads and honours it; this Python's ``sqlite3`` module
+(3.40.1 here) cannot, so the reclaim's statements on that file run through apsw, which carries its own SQLite.
+
+The first reclaim turns the option on and merges the index in the same transaction, so that no delete made
+before (by Chroma's own client, without the option) leaves terms behind, and records that in a marker file in
+the persist directory. A later reclaim whose table still has the option on and whose directory has the
+marker deletes in place and merges nothing: every delete since, Chroma's included, took its terms with it.
+Without apsw the reclaim works on ``sqlite3`` as before, merging every time.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from tombstone.fsutil import write_atomic
+
+TABLE = "embedding_fulltext_search"
+MARKER = ".tombstone-fulltext-secure"
+"""In the persist directory: a reclaim turned ``secure-delete`` on and merged the index in one transaction."""
+
+
+def connect(path: Path) -> Any:
+    """A connection to ``chroma.sqlite3`` for the reclaim's statements: apsw's where it is installed (its
+    SQLite reads a full-text table that has used ``secure-delete``), else ``sqlite3``'s. Autocommit; waits up
+    to 30 s for a lock."""
+    try:
+        import apsw
+    except ImportError:
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+    conn = apsw.Connection(str(path))
+    conn.set_busy_timeout(30000)
+    return conn
+
+
+def is_apsw(conn: Any) -> bool:
+    return not isinstance(conn, sqlite3.Connection)
+
+
+def changed(conn: Any, sql: str, params: Any = ()) -> int:
+    """Run one statement; the rows it changed."""
+    cur = conn.execute(sql, params)
+    return cur.rowcount if isinstance(conn, sqlite3.Connection) else conn.changes()
+
+
+def present(conn: Any) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone() is not None
+
+
+def secure(conn: Any) -> bool:
+    """Whether the table has ``secure-delete`` on (its config row, read as a plain table)."""
+    row = conn.execute(f"SELECT v FROM {TABLE}_config WHERE k = 'secure-delete'").fetchone()  # noqa: S608
+    return row is not None and str(row[0]) == "1"
+
+
+def settled(conn: Any, folder: Path) -> bool:
+    """The index has nothing of earlier deletes left to merge: the option on and the marker there."""
+    return is_apsw(conn) and present(conn) and secure(conn) and (folder / MARKER).is_file()
+
+
+def turn_on_and_merge(conn: Any, folder: Path) -> bool:
+    """Turn ``secure-delete`` on and merge the whole index, in one transaction (on apsw only); on ``sqlite3``
+    merge only. Returns whether a merge ran (False: no full-text table)."""
+    if not present(conn):
+        return False
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if is_apsw(conn):
+            conn.execute(f"INSERT INTO {TABLE}({TABLE}, rank) VALUES ('secure-delete', 1)")  # noqa: S608
+        conn.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('optimize')")  # noqa: S608
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    if is_apsw(conn):
+        write_atomic(folder / MARKER, b"secure-delete on and the index merged by an in-place reclaim\n")
+    return True
+
+
+__all__ = ["MARKER", "TABLE", "changed", "connect", "is_apsw", "settled", "turn_on_and_merge"]

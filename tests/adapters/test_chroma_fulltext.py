@@ -1,0 +1,118 @@
+"""Chroma's full-text index in the in-place reclaim: FTS5 secure-delete turned on with one merge of the whole
+index, then deletes in place. Checked against an index built afresh, outside Tombstone, from the surviving
+documents alone: after a merge the store's index pages equal that index's, byte for byte."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_chroma import chroma_deploy, ctomb, store_dir, wrapper, write  # noqa: F401 - fixtures
+
+apsw = pytest.importorskip("apsw")
+
+from tombstone_adapters.chroma import fulltext  # noqa: E402
+
+ALPHABET = [chr(c) for c in range(0x4E00, 0x4E00 + 400)]  # every document's trigrams its own
+T = fulltext.TABLE
+
+
+def unique_text(seed: int) -> str:
+    return "".join(np.random.default_rng(seed).choice(ALPHABET, 48))
+
+
+def db(tomb):
+    return apsw.Connection(str(store_dir(tomb) / "chroma.sqlite3"))
+
+
+def leaves(conn, table: str = T) -> list[bytes]:
+    return [blk for (blk,) in conn.execute(f"SELECT block FROM {table}_data WHERE id > 10 ORDER BY id")]
+
+
+def survivors_index(tomb) -> list[bytes]:
+    """The leaf pages of a trigram FTS5 index built in memory from the documents the store still holds (its
+    content table), under the same rowids, then merged: what the index holds when nothing erased is left."""
+    conn = db(tomb)
+    try:
+        rows = list(conn.execute(f"SELECT id, c0 FROM {T}_content ORDER BY id"))
+    finally:
+        conn.close()
+    fresh = apsw.Connection(":memory:")
+    fresh.execute("CREATE VIRTUAL TABLE f USING fts5(string_value, tokenize='trigram')")
+    for rowid, doc in rows:
+        fresh.execute("INSERT INTO f(rowid, string_value) VALUES (?, ?)", (rowid, doc))
+    fresh.execute("INSERT INTO f(f) VALUES ('optimize')")
+    return leaves(fresh, "f")
+
+
+def index_size(tomb) -> tuple[int, int]:
+    conn = db(tomb)
+    try:
+        return tuple(conn.execute(f"SELECT count(*), sum(length(block)) FROM {T}_data").fetchone())
+    finally:
+        conn.close()
+
+
+def config(tomb) -> dict:
+    conn = db(tomb)
+    try:
+        return dict(conn.execute(f"SELECT k, v FROM {T}_config"))
+    finally:
+        conn.close()
+
+
+def reclaim_evidence(receipt) -> dict:
+    assert receipt["summary"]["VERIFIED"] == len(receipt["artifacts"]) and not receipt["summary"]["RESIDUAL"]
+    return receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+
+
+def test_the_reclaim_turns_secure_delete_on_once_and_then_deletes_in_place(ctomb):
+    docs = {s: [unique_text(100 * n + i) for i in range(3)] for n, s in enumerate(("alice", "bob", "carol", "dave"))}
+    for subject, texts in docs.items():
+        write(ctomb, subject, 3, texts=texts)
+    # control: Chroma's own delete records the deletes as new entries; the old ones stay, and the index grows
+    before = index_size(ctomb)
+    wrapper(ctomb).collection.delete(ids=[f"carol-chunk-{i:05d}" for i in range(3)])
+    after = index_size(ctomb)
+    assert after[1] > before[1]
+    conn = db(ctomb)
+    assert leaves(conn) != survivors_index(ctomb), "control: the index is not one of the survivors alone"
+    conn.close()
+
+    first = reclaim_evidence(ctomb.erase("alice")[0])
+    assert first["mechanism"] == "in-place" and first["fulltext_merged"] and not first["fulltext_secure_delete"]
+    assert config(ctomb).get("secure-delete") == 1 and (store_dir(ctomb) / fulltext.MARKER).is_file()
+    conn = db(ctomb)
+    assert leaves(conn) == survivors_index(ctomb), "merged: exactly the index of the survivors (carol's gone too)"
+    conn.close()
+
+    before = index_size(ctomb)
+    second = reclaim_evidence(ctomb.erase("bob")[0])
+    assert second["fulltext_secure_delete"] and not second["fulltext_merged"], "deleted in place, not merged"
+    after = index_size(ctomb)
+    assert after[0] <= before[0] and after[1] < before[1], "entries taken out where they lay, none added"
+    # Chroma's own client still reads, searches and deletes (its SQLite honours secure-delete)
+    col = wrapper(ctomb).collection
+    assert col.get(where_document={"$contains": docs["dave"][1][10:20]})["ids"] == ["dave-chunk-00001"]
+    assert col.get(where_document={"$contains": docs["bob"][0][10:20]})["ids"] == []
+    size = index_size(ctomb)
+    col.delete(ids=["dave-chunk-00002"])
+    assert index_size(ctomb)[1] < size[1], "Chroma's own delete now takes its entries out too"
+    assert col.count() == 2
+
+
+def test_a_table_with_secure_delete_but_no_marker_is_merged(ctomb):
+    """secure-delete turned on by someone else after deletes that left entries behind: without the marker the
+    reclaim does not trust it and merges the whole index."""
+    docs = {s: [unique_text(500 + 10 * n + i) for i in range(2)] for n, s in enumerate(("erin", "frank", "gus"))}
+    for subject, texts in docs.items():
+        write(ctomb, subject, 2, texts=texts)
+    wrapper(ctomb).collection.delete(ids=["frank-chunk-00000", "frank-chunk-00001"])
+    conn = db(ctomb)
+    conn.execute(f"INSERT INTO {T}({T}, rank) VALUES ('secure-delete', 1)")
+    conn.close()
+    evidence = reclaim_evidence(ctomb.erase("erin")[0])
+    assert evidence["fulltext_merged"] and not evidence["fulltext_secure_delete"]
+    conn = db(ctomb)
+    assert leaves(conn) == survivors_index(ctomb)
+    conn.close()
