@@ -229,6 +229,10 @@ def _raw_vectors(n: int, count: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+WRITES = 5000
+"""At most this many writes per writer (then it idles, its client open, until DIR/stop)."""
+
+
 class RawWriter:
     """Writes through the store's own client, as an app that bypasses Tombstone would (no lineage)."""
 
@@ -293,7 +297,12 @@ def writer_main(config_path: Path, store: str, mode: str, folder: Path) -> int:
     embedder = kit.embedder()
     n = tries = 0
     try:
-        while not (folder / "stop").exists() and n < 500:
+        while not (folder / "stop").exists():
+            if n >= WRITES:
+                # the cap reached before the erasure ended: the app idles with its client still open (what the
+                # erasure must see), until told to stop
+                time.sleep(0.02)
+                continue
             tries += 1
             _mark(folder / "begin", tries)
             try:
