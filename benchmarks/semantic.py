@@ -163,7 +163,7 @@ def _decide(adapter, lineage, erased: list[str], focus: str):
             return None
         after = adapter.semantic_neighbours(snap.queries, nb.TOP, frozenset(erased))
     drifts = [nb.drift(b, a.vectors) for b, a in zip(snap.baselines, after)]
-    return nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]], focus)
+    return nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]])
 
 
 def _paper_measure():

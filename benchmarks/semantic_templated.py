@@ -80,7 +80,7 @@ def _decide(adapter, lineage, erased: list[str], matched: bool) -> tuple[dict, f
         res = after[at : at + len(snap.queries)]
         at += len(snap.queries)
         drifts = [nb.drift(b, a.vectors) for b, a in zip(snap.baselines, res)]
-        out[aid] = nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]], aid)
+        out[aid] = nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]])
     return out, seconds
 
 

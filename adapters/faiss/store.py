@@ -1228,11 +1228,9 @@ class FaissStore:
         results: list[list[tuple[str, float]]] = [[] for _ in queries]
         if not where:
             # The index's own search, all queries at once, hidden labels dropped from its results (label -1,
-            # a short result, maps to no id). Only a query that lost one of its top k to that drop is searched
-            # again below, past the hidden labels (something hidden is a few of the store's records: most
-            # queries never meet one).
-            # While records are hidden, each query asks for its k plus twice the hidden ones expected among
-            # them (and a few more): a graph search that deep costs about what k costs.
+            # a short result, maps to no id). While records are hidden, each query asks for its k plus twice
+            # the hidden ones expected among them (and a few more: a graph search that deep costs about what k
+            # costs); only a query that drop left short of k is searched again below, past the hidden labels.
             ask = min(total, k + (math.ceil(2 * k * len(excluded) / total) + 4 if excluded else 0))
             dist, labels = self._index.search(queries, ask)
             todo = []

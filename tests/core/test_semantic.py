@@ -135,7 +135,7 @@ def simulate(config, erased: list[str], focus: str) -> nb.Decision:
             assert snap.meta["outcome"] == "measured", snap.meta
             after = adapter.semantic_neighbours(snap.queries, nb.TOP, frozenset(erased))
     drifts = [nb.drift(before, res.vectors) for before, res in zip(snap.baselines, after)]
-    return nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]], focus)
+    return nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]])
 
 
 def semantic_probe(entry: dict) -> dict:
@@ -322,13 +322,13 @@ def test_decide_is_reproducible_and_calibrated():
     """The bootstrap is seeded from the artifact id; a target inside the controls is not an echo, one
     below all of them with a tight interval is."""
     controls = list(np.linspace(0.05, 0.15, 20))
-    a = nb.decide([0.09, 0.1, 0.11, 0.1, 0.12], controls, "doc-1")
-    b = nb.decide([0.09, 0.1, 0.11, 0.1, 0.12], controls, "doc-1")
+    a = nb.decide([0.09, 0.1, 0.11, 0.1, 0.12], controls)
+    b = nb.decide([0.09, 0.1, 0.11, 0.1, 0.12], controls)
     assert a == b and not a.echo and 1 < a.rank < 21
-    low = nb.decide([0.01, 0.012, 0.011, 0.009, 0.01], controls, "doc-1")
+    low = nb.decide([0.01, 0.012, 0.011, 0.009, 0.01], controls)
     assert low.echo and low.rank == 1 and low.p == pytest.approx(1 / 21) and low.ci[1] < 0.1
-    assert not nb.decide([0.01, 0.012], controls[:10], "doc-1").echo  # ten controls cannot reach 0.05
-    single = nb.decide([0.01], controls, "doc-1")  # one usable query: its interval is the value itself
+    assert not nb.decide([0.01, 0.012], controls[:10]).echo  # ten controls cannot reach 0.05
+    single = nb.decide([0.01], controls)  # one usable query: its interval is the value itself
     assert single.echo and single.ci == (0.01, 0.01)
 
 

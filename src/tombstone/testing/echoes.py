@@ -419,7 +419,7 @@ def measure(store: MemoryStore, erased: list[str], focus: str, matched: bool = T
         return None
     after = store.semantic_neighbours(snap.queries, nb.TOP, frozenset(erased))
     drifts = [nb.drift(before, res.vectors) for before, res in zip(snap.baselines, after)]
-    return nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]], focus)
+    return nb.decide(drifts, [float(np.mean(c["drifts"])) for c in snap.meta["controls"]])
 
 
 __all__ = [

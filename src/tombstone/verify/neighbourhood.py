@@ -109,10 +109,8 @@ def rank_weights(n: int) -> np.ndarray:
 
 def centroid(vectors: np.ndarray) -> np.ndarray:
     """The rank-weighted centroid of the unit vectors of a Top-5 (rows in rank order)."""
-    rows = unit(np.asarray(vectors)[:TOP])
-    if len(rows) == 0:
-        return np.zeros(rows.shape[-1] if rows.ndim == 2 else 0)
-    return (rank_weights(len(rows))[:, None] * rows).sum(axis=0)
+    rows = np.asarray(vectors)
+    return _centroids([rows], rows.reshape(len(rows), -1).shape[1] if rows.ndim == 2 else 0)[0]
 
 
 def drift(before: np.ndarray, after: np.ndarray) -> float:
@@ -500,7 +498,7 @@ class Decision:
     """Each control's mean drift."""
 
 
-def decide(drifts: Sequence[float], control_drifts: Sequence[float], artifact_id: str = "") -> Decision:
+def decide(drifts: Sequence[float], control_drifts: Sequence[float]) -> Decision:
     """The rank test and the bootstrap interval (see the module docstring) for one artifact."""
     return decide_many([(drifts, control_drifts)])[0]
 

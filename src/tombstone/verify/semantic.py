@@ -184,11 +184,9 @@ def _control_means(snap: nb.Snapshot) -> list[float]:
 
 
 def _outcome(store: str, aid: str, snap: nb.Snapshot, after: list[nb.Neighbours], noise: dict[str, float],
-             reference: Callable[[str, str], str], decided: tuple[list[float], nb.Decision] | None = None) -> ProbeResult:
-    """One artifact's semantic outcome; ``decided`` is its drifts and decision where a batch took them."""
-    drifts, decision = decided if decided is not None else (_drifts(snap, after), None)
-    if decision is None:
-        decision = nb.decide(drifts, _control_means(snap))
+             reference: Callable[[str, str], str], decided: tuple[list[float], nb.Decision]) -> ProbeResult:
+    """One artifact's semantic outcome from its probes' drifts and its decision (taken for the whole batch)."""
+    drifts, decision = decided
     probes, replaced = [], Counter()
     for probe, d, res in zip(snap.meta["probes"], drifts, after):
         now = res.ids[: nb.TOP]
