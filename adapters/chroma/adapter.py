@@ -356,6 +356,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
             conn.execute("PRAGMA secure_delete=ON")
             merged = False if in_place_fulltext else fulltext.turn_on_and_merge(conn, self.path)
             checkpoint = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            marker_problem = fulltext.mark(self.path) if merged and fulltext.is_apsw(conn) else None
         finally:
             conn.close()
         free_space = zero_all_free_space(self.path / "chroma.sqlite3", kill="reclaim:chroma:free-space-page")
@@ -384,6 +385,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
             "free_space_zeroed": free_space,
             "wal_checkpoint_busy": bool(checkpoint and checkpoint[0]), "hnsw_tail_bytes_zeroed": zeroed,
             "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",
+            **({"fulltext_marker": marker_problem} if marker_problem else {}),
         }
 
     def reclaim_store(self) -> dict[str, Any]:

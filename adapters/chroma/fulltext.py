@@ -70,7 +70,8 @@ def settled(conn: Any, folder: Path) -> bool:
 
 def turn_on_and_merge(conn: Any, folder: Path) -> bool:
     """Turn ``secure-delete`` on and merge the whole index, in one transaction (on apsw only); on ``sqlite3``
-    merge only. Returns whether a merge ran (False: no full-text table)."""
+    merge only. Returns whether a merge ran (False: no full-text table). The caller then writes the marker
+    (:func:`mark`) where the connection is apsw's."""
     if not present(conn):
         return False
     conn.execute("BEGIN IMMEDIATE")
@@ -83,9 +84,18 @@ def turn_on_and_merge(conn: Any, folder: Path) -> bool:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    if is_apsw(conn):
-        write_atomic(folder / MARKER, b"secure-delete on and the index merged by an in-place reclaim\n")
     return True
 
 
-__all__ = ["MARKER", "TABLE", "changed", "connect", "is_apsw", "settled", "turn_on_and_merge"]
+def mark(folder: Path) -> str | None:
+    """Write the marker, after :func:`turn_on_and_merge` committed on apsw. None once written; else why not
+    (a folder or an unwritable file at its path): the merge stands, the reclaim does not fail on it, and the
+    next reclaim, finding no marker, merges the index again."""
+    try:
+        write_atomic(folder / MARKER, b"secure-delete on and the index merged by an in-place reclaim\n")
+    except OSError as exc:
+        return f"{MARKER} not written ({exc.strerror or exc}): the next reclaim merges the full-text index again"
+    return None
+
+
+__all__ = ["MARKER", "TABLE", "changed", "connect", "is_apsw", "mark", "settled", "turn_on_and_merge"]

@@ -116,3 +116,24 @@ def test_a_table_with_secure_delete_but_no_marker_is_merged(ctomb):
     conn = db(ctomb)
     assert leaves(conn) == survivors_index(ctomb)
     conn.close()
+
+
+def test_a_folder_at_the_marker_path_costs_a_merge_next_time_not_the_erasure(ctomb):
+    """The marker cannot be written (a folder holds its name): the merge stands, the erasure is VERIFIED and its
+    evidence says why the marker is missing; the next reclaim, finding no marker, merges again."""
+    docs = {s: [unique_text(900 + 10 * n + i) for i in range(2)] for n, s in enumerate(("hal", "ivy", "jo"))}
+    for subject, texts in docs.items():
+        write(ctomb, subject, 2, texts=texts)
+    (store_dir(ctomb) / fulltext.MARKER).mkdir()
+    first = reclaim_evidence(ctomb.erase("hal")[0])
+    assert first["fulltext_merged"] and "not written" in first["fulltext_marker"]
+    assert config(ctomb).get("secure-delete") == 1
+    conn = db(ctomb)
+    assert leaves(conn) == survivors_index(ctomb)
+    conn.close()
+    second = reclaim_evidence(ctomb.erase("ivy")[0])
+    assert second["fulltext_merged"] and not second["fulltext_secure_delete"], "no marker: merged again"
+    (store_dir(ctomb) / fulltext.MARKER).rmdir()
+    third = reclaim_evidence(ctomb.erase("jo")[0])
+    assert third["fulltext_merged"] and "fulltext_marker" not in third, "the marker written once the path is free"
+    assert (store_dir(ctomb) / fulltext.MARKER).is_file()
