@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 HEADINGS = ("Batches at scale: 100 subjects against one",)
@@ -36,12 +37,34 @@ def measure(backend: str, size: int, tmp: Path) -> dict:
             receipt, _ = tomb.erase(ref)
             singles.append(time.perf_counter() - t)
             assert receipt["summary"].get("VERIFIED") == 100, receipt["summary"]
-        t = time.perf_counter()
+        t, began = time.perf_counter(), time.time()
         done = tomb.erase_many(refs[3 : 3 + SUBJECTS])
-        batch = time.perf_counter() - t
+        batch, ended = time.perf_counter() - t, time.time()
         assert len(done) == SUBJECTS and all(r["summary"].get("VERIFIED") == 100 for r, _ in done)
+        phases = _phases(tomb.lineage.journal_entries(done[0][0]["saga_id"]), began, ended)
     return {"backend": backend, "size": size, "single": statistics.median(singles), "batch": batch,
-            "load": os.getloadavg()[0]}
+            "phases": phases, "load": os.getloadavg()[0]}
+
+
+PHASES = ("plans", "snapshot", "suppress", "reclaim", "verify", "receipts")
+
+
+def _phases(entries: list[dict], began: float, ended: float) -> dict[str, float]:
+    """Where the batch's time went, from the journal's stamps of one of its sagas (the batch's steps are one
+    step each for all of them): its plans (from the call to the first step: the subjects' lineage read, the
+    sagas recorded), each step, then its receipts (from the last step's end: built, signed, written, sealed)."""
+    stamps = [(datetime.strptime(e["at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp(),
+               e["step"], e["phase"]) for e in entries if e["step"] in PHASES]
+    out = dict.fromkeys(PHASES, 0.0)
+    begins = {}
+    for at, step, phase in stamps:
+        if phase == "begin":
+            begins[step] = at
+        elif step in begins:
+            out[step] += at - begins.pop(step)
+    out["plans"] = stamps[0][0] - began if stamps else 0.0
+    out["receipts"] = ended - stamps[-1][0] if stamps else 0.0
+    return out
 
 
 def run(tmp: Path) -> dict:
@@ -82,6 +105,17 @@ def section(result: dict) -> str:
         extra = (r["batch"] - r["single"]) / (SUBJECTS - 1)
         lines.append(f"| {r['backend']} | {r['size']:,} | {r['single']:.2f} s | {r['batch']:.2f} s |"
                      f" {r['batch'] / r['single']:.1f}× | {extra * 1000:.0f} ms |")
+    timed = [r for r in result["rows"] if "phases" in r]
+    if timed:
+        lines += ["", "Where each batch's time went, per subject (the batch's time in each phase ÷ 100), from the"
+                      " journal's stamps: *plans* from the call to the first step (each subject's lineage read once,"
+                      " the sagas recorded in one transaction), one column per step (one call for the whole batch,"
+                      " each saga journaling its share), *receipts* from the last step's end (each receipt built,"
+                      " canonically encoded, signed, validated and written, then all sealed in one transaction).",
+                  "", "| backend | vectors | " + " | ".join(PHASES) + " |", "|---|---|" + "---|" * len(PHASES)]
+        for r in timed:
+            lines.append(f"| {r['backend']} | {r['size']:,} | "
+                         + " | ".join(f"{r['phases'][p] * 1000 / SUBJECTS:.1f} ms" for p in PHASES) + " |")
     loads = [r["load"] for r in result["rows"] if "load" in r]
     if loads:
         lines += ["", f"The host's one-minute load average as each case ended: {min(loads):.1f} to {max(loads):.1f}"

@@ -356,13 +356,16 @@ class Tombstone:
         subjects = list(dict.fromkeys(s.strip() for s in subjects if s.strip()))
         if not subjects:
             raise UnknownSubjectError("no subjects given")
-        self.preflight(self.stores_of(subjects), allow_missing=allow_missing_stores)
+        # each subject's lineage closure read once: for the preflight's stores, then for its saga's plan
+        closures = {subject: self.lineage.closure(self.lineage.subject_key(subject)) for subject in subjects}
+        self.preflight({art.store for scope in closures.values() for art, _ in scope},
+                       allow_missing=allow_missing_stores)
         sagas = []
         try:
             for subject in subjects:
-                if self.lineage.has_artifacts(self.lineage.subject_key(subject)):
+                if closures[subject]:
                     sagas.append(Saga.start(self.context, subject, allow_missing=allow_missing_stores,
-                                            defer_create=True))
+                                            defer_create=True, closure=closures[subject]))
                 else:
                     sagas.append(Saga.start_unknown(self.context, subject, defer_create=True))
             create_deferred(self.context, sagas)  # the new ones, recorded together

@@ -225,10 +225,10 @@ def test_the_physical_probes_matcher_is_built_while_the_levels_below_run(tmp_pat
 
 
 def test_each_stores_matcher_is_started_before_its_reclaim_and_used_by_its_probe(tmp_path, monkeypatch):
-    """In a batch, each store's physical-probe matcher is started when that store's reclaim begins, on a thread
-    of its own, so it is built while the reclaims and the logical probes run; a reclaim that scans and the
-    probe use it, and no matcher is built in the erasure's own thread. The receipts are those of the same
-    batch without it, and nothing of the patterns is kept once the batch is done."""
+    """In a batch, each store's physical-probe matcher is started at that store's first step (its snapshot), on
+    a thread of its own, so it is built while the snapshots, suppressions, reclaims and logical probes run; a
+    reclaim that scans and the probe use it, and no matcher is built in the erasure's own thread. The receipts
+    are those of the same batch without it, and nothing of the patterns is kept once the batch is done."""
     import contextlib
     import threading
 
@@ -242,6 +242,11 @@ def test_each_stores_matcher_is_started_before_its_reclaim_and_used_by_its_probe
             expected = [statuses(r) for r, _ in tomb.erase_many(subjects)]
     events = []
     real_prepare, real_reclaim, real_matcher = scanner.prepare, Saga._reclaim, scanner._Matcher
+    real_snapshot = Saga._snapshot
+
+    def snapshotting(self, store, *args, **kwargs):
+        events.append(("snapshot", store))
+        return real_snapshot(self, store, *args, **kwargs)
 
     def preparing(patterns):
         events.append(("prepare", len(patterns)))
@@ -267,17 +272,21 @@ def test_each_stores_matcher_is_started_before_its_reclaim_and_used_by_its_probe
 
     monkeypatch.setattr(scanner, "prepare", preparing)
     monkeypatch.setattr(Saga, "_reclaim", reclaiming)
+    monkeypatch.setattr(Saga, "_snapshot", snapshotting)
     monkeypatch.setattr(scanner, "_Matcher", building)
     monkeypatch.setattr(physical, "_patterns", computing)
     with Tombstone.open(root / "tombstone.toml") as tomb:
         got = [statuses(r) for r, _ in tomb.erase_many(subjects)]
     assert got == expected
-    # each store's patterns are computed once, at its reclaim, though other stores' come in between
+    # each store's patterns are computed once, at its snapshot, though other stores' come in between
     assert len(computed) >= 3 and {store: len(seen) for store, seen in computed.items()} == dict.fromkeys(computed, 1)
+    snapshots = [i for i, e in enumerate(events) if e[0] == "snapshot"]
     reclaims = [i for i, e in enumerate(events) if e[0] == "reclaim"]
-    assert len(reclaims) >= 3
-    prepared = [i for i in reclaims if any(e[0] == "prepare" for e in events[i - 2 : i])]
-    assert len(prepared) >= 3, events  # the stores with a physical probe: prepared just before their reclaim
+    assert len(snapshots) >= 3 and len(reclaims) >= 3
+    prepared = [i for i in snapshots if any(e[0] == "prepare" for e in events[i - 2 : i])]
+    assert len(prepared) >= 3, events  # the stores with a physical probe: prepared just before their snapshot
+    assert max(prepared) < min(reclaims), events  # so every one of them before the first reclaim
+    assert not [i for i in reclaims if any(e[0] == "prepare" for e in events[i - 2 : i])], events  # not again
     assert not [e for e in events if e == ("build", threading.current_thread().name)], events
     assert physical._last.patterns is None and scanner.kept() == 0
 
@@ -421,3 +430,50 @@ def test_a_batchs_receipts_take_the_receipt_names_lock_once(tmp_path, monkeypatc
     assert all(path.exists() for _, path in results)
     # once to record the new sagas, once for their receipts
     assert len(taken) == 2, taken
+
+
+def test_a_batch_reads_each_subjects_lineage_once(tmp_path, monkeypatch):
+    """A batch reads each subject's lineage closure once (for its stores' preflight and its plan) and runs on
+    the records it planned, not read again; the receipts are those of a batch that reads every plan back."""
+    from tombstone.lineage.db import LineageDB
+    from tombstone.saga.engine import Saga
+
+    root, control, subjects = demo_and_copy(tmp_path)
+    real_plan, reread = Saga._plan, []
+
+    def from_the_journal(self):  # the control: the planned records dropped, the plan read back
+        reread.append(self._planned is not None)
+        self._planned = None
+        return real_plan(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(Saga, "_plan", from_the_journal)
+        with Tombstone.open(control / "tombstone.toml") as tomb:
+            expected = [statuses(r) for r, _ in tomb.erase_many(subjects)]
+    assert reread == [True] * len(subjects)  # the batch had its plans' records, and the control dropped them
+    reads = {"closure": 0, "plan read back": 0}
+    real_closure = LineageDB.closure
+
+    def closure(self, *args, **kwargs):
+        reads["closure"] += 1
+        return real_closure(self, *args, **kwargs)
+
+    def planning(self):
+        many = self.lineage.artifacts_many
+
+        def counting(*args, **kwargs):
+            reads["plan read back"] += 1
+            return many(*args, **kwargs)
+
+        self.lineage.artifacts_many = counting
+        try:
+            return real_plan(self)
+        finally:
+            del self.lineage.artifacts_many
+
+    monkeypatch.setattr(LineageDB, "closure", closure)
+    monkeypatch.setattr(Saga, "_plan", planning)
+    with Tombstone.open(root / "tombstone.toml") as tomb:
+        got = [statuses(r) for r, _ in tomb.erase_many(subjects)]
+    assert got == expected
+    assert reads == {"closure": len(subjects), "plan read back": 0}, reads

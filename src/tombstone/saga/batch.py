@@ -48,8 +48,9 @@ def seal_receipts(items: Sequence[tuple[Saga, dict[str, list[ArtifactRecord]]]])
     with lineage.chain_lock(), lineage.receipt_names_lock():
         head = lineage.chain_head()
         try:
+            key = items[0][0].ctx.signer()  # read from its file once for the batch
             for saga, groups in items:
-                receipt, row = saga._delivered_receipt(groups, head)
+                receipt, row = saga._delivered_receipt(groups, head, key)
                 receipts.append(receipt)
                 rows.append(row)
                 head = (head[0] + 1 if head else 1, receipt["receipt_hash"])
@@ -145,8 +146,20 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
                                   for s in pending if store in s.retained}}
             return run
 
+        readied: dict[str, list[str]] = {}
+
+        def ready(store: str, pending: list[Saga]) -> None:
+            """The store's physical probe's patterns and matcher, made ready from the batch's first step on
+            the store (its snapshot), and again at its reclaim only for other artifacts (on a resume, the
+            sagas left to reclaim may not be those left to snapshot)."""
+            arts = arts_of(pending, store)
+            if readied.get(store) != [a.artifact_id for a in arts]:
+                readied[store] = [a.artifact_id for a in arts]
+                early.enter_context(lead._physical_ready(store, arts))
+
         def snapshot(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
             def act(pending: list[Saga]) -> dict[str, Any]:
+                ready(store, pending)  # the matcher compiles on a thread of its own while the steps run
                 owners = {a.artifact_id: s.saga_id for s in pending for a in plans[s.saga_id][store]}
                 result = lead._snapshot(store, arts_of(pending, store), owners)
                 if "artifacts" not in result:
@@ -170,8 +183,7 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
 
         def reclaim(store: str) -> Callable[[list[Saga]], dict[str, Any]]:
             def act(pending: list[Saga]) -> dict[str, Any]:
-                # the physical probe's matcher is built while this reclaim and the steps up to the probe run
-                early.enter_context(lead._physical_ready(store, arts_of(pending, store)))
+                ready(store, pending)  # unless its snapshot did
                 result = lead._reclaim(store, arts_of(pending, store), previous(pending, "suppress", store))
                 extra = {"batch_subjects": len(pending)} if len(sagas) > 1 else {}
                 return {s.saga_id: {**result, **extra} for s in pending}
@@ -192,7 +204,7 @@ def run_batch(sagas: list[Saga]) -> list[tuple[dict[str, Any], Path]]:
             plan = s.step_result("plan") or {}
             if plan.get("kind") == STORE_RECLAIM_KIND:
                 _store_reclaim_steps(s, plan["store"])
-        # Each store's physical probe's patterns and matcher are made ready from its reclaim on
+        # Each store's physical probe's patterns and matcher are made ready from its first step on
         # (``_physical_ready``), and dropped once every store is verified.
         with contextlib.ExitStack() as early:
             for step, make in (("snapshot", snapshot), ("suppress", suppress), ("reclaim", reclaim),

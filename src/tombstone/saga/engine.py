@@ -89,6 +89,9 @@ class Saga:
         new one (run it, then start again)."""
         self._creation: tuple[str | None, dict[str, Any]] | None = None
         """(out path, plan) of a saga started with ``defer_create`` and not yet recorded (``create_deferred``)."""
+        self._planned: list[ArtifactRecord] | None = None
+        """The records of a plan this process made (in plan order): :meth:`_plan` takes them rather than read
+        them again (a batch's plans are read once, when they are made)."""
         self._ended: dict[tuple[str, str], Any] = {}
         """What this process journaled as the end of each step, by (step, target): read back from here rather
         than decoded from the journal again (a batch's receipts would otherwise parse every verdict twice)."""
@@ -96,7 +99,8 @@ class Saga:
     @classmethod
     def start(cls, owner: Any, subject: str, out_path: str | None = None,
               artifacts: list[tuple[str, str]] | None = None, wait: float = 0.0,
-              allow_missing: Sequence[str] = (), defer_create: bool = False) -> "Saga":
+              allow_missing: Sequence[str] = (), defer_create: bool = False,
+              closure: list[tuple[ArtifactRecord, str]] | None = None) -> "Saga":
         """Start an erasure, or continue the unfinished one for the same subject.
 
         ``owner`` is a SagaContext or an open Tombstone. ``artifacts`` limits the erasure to some
@@ -105,12 +109,14 @@ class Saga:
         served by an installed adapter, or the saga does not start (ConfigError, AdapterNotFoundError);
         stores named in ``allow_missing`` (deliberately removed) are erased without, and their artifacts
         end UNVERIFIED(no adapter). With ``defer_create``, a new saga is recorded only by
-        :func:`create_deferred` (a batch records all of its new sagas in one transaction).
+        :func:`create_deferred` (a batch records all of its new sagas in one transaction). ``closure`` is the
+        subject's lineage closure (``LineageDB.closure``) as the caller has just read it (a batch reads each
+        subject's once, for its preflight and its plan).
         """
         ctx = _context(owner)
         subject = _normal(subject)
         key = ctx.lineage.subject_key(subject)
-        scope = ctx.lineage.closure(key)
+        scope = ctx.lineage.closure(key) if closure is None else list(closure)
         if not scope:
             raise UnknownSubjectError(f"unknown subject {shown(subject)}: the lineage db records no artifact for it",
                                       subject=subject)
@@ -290,6 +296,7 @@ class Saga:
         saga = cls(ctx, saga_id, subject, None, lock)
         saga._creation = (out_path, {"artifacts": [[a.store, a.artifact_id, why] for a, why in scope],
                                      **({"retained": retained} if retained else {})})
+        saga._planned = [a for a, _ in scope]
         if not defer_create:
             create_deferred(ctx, [saga])
         return saga
@@ -328,6 +335,9 @@ class Saga:
             raise SagaError(f"saga {self.saga_id} has no plan; it cannot be resumed")
         self.scope = {(store, aid): why for store, aid, why in plan["artifacts"]}
         self.retained = dict(plan.get("retained") or {})
+        planned, self._planned = self._planned, None
+        if planned is not None and [[a.store, a.artifact_id] for a in planned] == [p[:2] for p in plan["artifacts"]]:
+            return planned
         artifacts = []
         known = self.lineage.artifacts_many((store, aid) for store, aid, _ in plan["artifacts"])
         for store, aid, _ in plan["artifacts"]:
@@ -526,10 +536,11 @@ class Saga:
     def _receipt(self, groups: dict[str, list[ArtifactRecord]]) -> dict[str, Any]:
         return seal_receipts([(self, groups)])[0]
 
-    def _delivered_receipt(self, groups: dict[str, list[ArtifactRecord]], head: tuple[int, str] | None
-                           ) -> tuple[dict[str, Any], tuple]:
-        """Build and sign this saga's receipt on ``head`` and write its file; returns it with its chain row
-        (sealed by the caller, after every file of the batch is written)."""
+    def _delivered_receipt(self, groups: dict[str, list[ArtifactRecord]], head: tuple[int, str] | None,
+                           key: Any = None) -> tuple[dict[str, Any], tuple]:
+        """Build and sign this saga's receipt on ``head`` with ``key`` (the context's signer when None) and
+        write its file; returns it with its chain row (sealed by the caller, after every file of the batch is
+        written)."""
         saga = self.lineage.saga(self.saga_id)
         entries = []
         for store, arts in groups.items():
@@ -556,7 +567,7 @@ class Saga:
                             kind=kind, store_reclaim=store_reclaim,
                             backups=backups_section(self.ctx.backups, entries, finished) if kind == RECEIPT_KIND else (),
                             backup_recheck=plan.get("backup_recheck"))
-        receipt, data = signed(body, self.ctx.signer())
+        receipt, data = signed(body, key if key is not None else self.ctx.signer())
         out = self._destination()
         # The file is written before the chain row: if the process dies in between, the saga is
         # still running and resume signs and rewrites the same file; the chain never names a
