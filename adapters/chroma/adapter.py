@@ -339,9 +339,13 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
             segments = dict(conn.execute("SELECT scope, id FROM segments WHERE collection = ?", (collection_id,)))
             topics = [t for (t,) in conn.execute("SELECT DISTINCT topic FROM embeddings_queue")
                       if t.rsplit("/", 1)[-1] == collection_id]
-            # the full-text index already deletes in place (secure-delete, merged once): nothing to merge after
-            in_place_fulltext = fulltext.settled(conn, self.path)
-            rows = inplace.delete_rows(conn, ids, segments.get("METADATA"), topics)
+            # the full-text index already deletes in place (secure-delete, merged once): nothing to merge after,
+            # unless so many go at once that one merge costs less (then the option is off for these deletes)
+            settled = fulltext.settled(conn, self.path)
+            merge_instead = settled and fulltext.merge_cheaper(conn, len(ids))
+            in_place_fulltext = settled and not merge_instead
+            rows = inplace.delete_rows(conn, ids, segments.get("METADATA"), topics,
+                                       before=fulltext.secure_off if merge_instead else None)
         finally:
             conn.close()
         kill_point("reclaim:chroma:rows-deleted")
@@ -376,7 +380,9 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
                       " from index_metadata.pickle",
                       ("the full-text rows deleted in place (FTS5 secure-delete, on since an earlier reclaim merged"
                        " the index)" if in_place_fulltext else
-                       "turn FTS5 secure-delete on and merge the full-text index"),
+                       "turn FTS5 secure-delete on and merge the full-text index"
+                       + (" (so many documents went that one merge cost less than deleting each in place)"
+                          if merge_instead else "")),
                       "zero the free space of every page of chroma.sqlite3 (what Chroma's own deletes and rewrites,"
                       " with secure_delete off, left there)",
                       "reload the collection from its files (a new epoch token for the wrappers)",

@@ -11,7 +11,9 @@ bundled in its Rust bindings (3.46.0 in 1.5.9), which reads and honours it; this
 The first reclaim turns the option on and merges the index in the same transaction, so that no delete made
 before (by Chroma's own client, without the option) leaves terms behind, and records that in a marker file in
 the persist directory. A later reclaim whose table still has the option on and whose directory has the
-marker deletes in place and merges nothing: every delete since, Chroma's included, took its terms with it.
+marker deletes in place and merges nothing: every delete since, Chroma's included, took its terms with it —
+unless it deletes so many documents (a twentieth of the index or more, as a large batch does) that one merge
+costs less: it then turns the option off in its delete's transaction and merges, turning it on again, after.
 Without apsw the reclaim works on ``sqlite3`` as before, merging every time.
 """
 
@@ -68,6 +70,34 @@ def settled(conn: Any, folder: Path) -> bool:
     return is_apsw(conn) and present(conn) and secure(conn) and (folder / MARKER).is_file()
 
 
+MERGE_AT = 20
+"""A reclaim that deletes at least one in this many of the index's documents merges the index (one
+``optimize``) rather than taking each one's entries out in place: an in-place delete costs about 0.1 ms a
+document, a merge about 3 to 7 us per document of the index (measured at 20,000 and 1,000,000 documents), so
+past about a twentieth the merge is the cheaper of the two (``benchmarks/batch_scale.py``: a batch of 100
+subjects)."""
+
+
+def documents(conn: Any) -> int:
+    """How many documents the index holds (its docsize table's rows, one per document)."""
+    return conn.execute(f"SELECT count(*) FROM {TABLE}_docsize").fetchone()[0]  # noqa: S608
+
+
+def merge_cheaper(conn: Any, deleting: int) -> bool:
+    """Whether merging the whole index costs less than deleting ``deleting`` documents in place."""
+    try:
+        return deleting * MERGE_AT >= documents(conn)
+    except Exception:  # noqa: BLE001 - no docsize table (an index made with other options): in place, as before
+        return False
+
+
+def secure_off(conn: Any) -> None:
+    """Turn ``secure-delete`` off, inside the caller's transaction: its deletes then only record themselves, and
+    the table, no longer ``settled``, is merged by :func:`turn_on_and_merge` (this reclaim's next step, or a
+    resumed one's) before any reclaim deletes in place again."""
+    conn.execute(f"INSERT INTO {TABLE}({TABLE}, rank) VALUES ('secure-delete', 0)")  # noqa: S608
+
+
 def turn_on_and_merge(conn: Any, folder: Path) -> bool:
     """Turn ``secure-delete`` on and merge the whole index, in one transaction (on apsw only); on ``sqlite3``
     merge only. Returns whether a merge ran (False: no full-text table). The caller then writes the marker
@@ -98,4 +128,5 @@ def mark(folder: Path) -> str | None:
     return None
 
 
-__all__ = ["MARKER", "TABLE", "changed", "connect", "is_apsw", "mark", "settled", "turn_on_and_merge"]
+__all__ = ["MARKER", "MERGE_AT", "TABLE", "changed", "connect", "documents", "is_apsw", "mark", "merge_cheaper",
+           "secure_off", "settled", "turn_on_and_merge"]

@@ -21,7 +21,7 @@ import os
 import pickle  # noqa: S403 - read through _PlainUnpickler only, which builds nothing but builtins
 import sqlite3
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -173,17 +173,21 @@ def erase_slots(folder: Path, ids: Iterable[str]) -> dict[str, int]:
     return {"slots_marked": int(newly_marked.sum()), "vectors_zeroed": len(nonzero), "ids_dropped": len(ids)}
 
 
-def delete_rows(conn: Any, ids: list[str], metadata_segment: str | None, topics: list[str]) -> dict[str, int]:
+def delete_rows(conn: Any, ids: list[str], metadata_segment: str | None, topics: list[str],
+                before: Callable[[Any], None] | None = None) -> dict[str, int]:
     """Delete the records' rows on ``conn`` (which has ``secure_delete`` on, so SQLite zeroes their cells and
     the pages it frees): the metadata segment's rows (embeddings, their metadata, the document's full-text
     row) and every queue row of theirs in this collection's topics, which becomes an empty DELETE (of id
-    ``''``, which no record has). One transaction. ``conn`` is ``sqlite3``'s or apsw's (``fulltext.connect``)."""
+    ``''``, which no record has). One transaction, in which ``before(conn)`` runs first. ``conn`` is
+    ``sqlite3``'s or apsw's (``fulltext.connect``)."""
     counts = {"embeddings": 0, "metadata": 0, "fulltext": 0, "queue": 0}
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     per_row = [t for t in ("embedding_metadata", "embedding_metadata_array") if t in tables]
     fulltext = "embedding_fulltext_search" in tables
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if before is not None:
+            before(conn)
         for start in range(0, len(ids), 500):
             part = ids[start:start + 500]
             marks = ",".join("?" * len(part))
