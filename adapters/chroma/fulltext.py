@@ -12,7 +12,7 @@ The first reclaim turns the option on and merges the index in the same transacti
 before (by Chroma's own client, without the option) leaves terms behind, and records that in a marker file in
 the persist directory. A later reclaim whose table still has the option on and whose directory has the
 marker deletes in place and merges nothing: every delete since, Chroma's included, took its terms with it —
-unless it deletes so many documents (a twentieth of the index or more, as a large batch does) that one merge
+unless it deletes so many documents (a fortieth of the index or more, as a large batch does) that one merge
 costs less: it then turns the option off in its delete's transaction and merges, turning it on again, after.
 Without apsw the reclaim works on ``sqlite3`` as before, merging every time.
 """
@@ -70,12 +70,11 @@ def settled(conn: Any, folder: Path) -> bool:
     return is_apsw(conn) and present(conn) and secure(conn) and (folder / MARKER).is_file()
 
 
-MERGE_AT = 20
+MERGE_AT = 40
 """A reclaim that deletes at least one in this many of the index's documents merges the index (one
-``optimize``) rather than taking each one's entries out in place: an in-place delete costs about 0.1 ms a
-document, a merge about 3 to 7 us per document of the index (measured at 20,000 and 1,000,000 documents), so
-past about a twentieth the merge is the cheaper of the two (``benchmarks/batch_scale.py``: a batch of 100
-subjects)."""
+``optimize``) rather than taking each one's entries out in place: an in-place delete costs about 0.1 to 0.2 ms
+a document, a merge about 3 us per document of the index (measured at 20,000, 100,000 and 1,000,000
+documents: the two cross between 2.4% and 2.7% of the index), so past a fortieth the merge is the cheaper."""
 
 
 def documents(conn: Any) -> int:
