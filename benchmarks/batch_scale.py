@@ -14,7 +14,6 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 HEADINGS = ("Batches at scale: 100 subjects against one",)
@@ -53,17 +52,12 @@ def _phases(entries: list[dict], began: float, ended: float) -> dict[str, float]
     """Where the batch's time went, from the journal's stamps of one of its sagas (the batch's steps are one
     step each for all of them): its plans (from the call to the first step: the subjects' lineage read, the
     sagas recorded), each step, then its receipts (from the last step's end: built, signed, written, sealed)."""
-    stamps = [(datetime.strptime(e["at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp(),
-               e["step"], e["phase"]) for e in entries if e["step"] in PHASES]
-    out = dict.fromkeys(PHASES, 0.0)
-    begins = {}
-    for at, step, phase in stamps:
-        if phase == "begin":
-            begins[step] = at
-        elif step in begins:
-            out[step] += at - begins.pop(step)
-    out["plans"] = stamps[0][0] - began if stamps else 0.0
-    out["receipts"] = ended - stamps[-1][0] if stamps else 0.0
+    from scale import _at, _durations
+
+    stepped = [e for e in entries if e["step"] in PHASES]
+    out = {**dict.fromkeys(PHASES, 0.0), **{k: v for k, v in _durations(stepped).items() if k in PHASES}}
+    out["plans"] = _at(stepped[0]) - began if stepped else 0.0
+    out["receipts"] = ended - _at(stepped[-1]) if stepped else 0.0
     return out
 
 

@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -110,15 +110,25 @@ def _build(backend: str, root: Path, size: int):
     return config, refs, store_add
 
 
-def _steps(tomb, saga_id: str) -> dict[str, float]:
+def _at(entry: dict) -> float:
+    """A journal entry's stamp (UTC), as seconds since the epoch."""
+    return datetime.strptime(entry["at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def _durations(entries: list[dict]) -> dict[str, float]:
+    """Each step's time, begin to end, summed over its targets, from a saga's journal entries."""
     begins, out = {}, {}
-    for e in tomb.lineage.journal_entries(saga_id):
-        t = datetime.strptime(e["at"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+    for e in entries:
+        t = _at(e)
         if e["phase"] == "begin":
             begins[e["step"]] = t
         elif e["step"] in begins:
             out[e["step"]] = out.get(e["step"], 0.0) + t - begins[e["step"]]
     return out
+
+
+def _steps(tomb, saga_id: str) -> dict[str, float]:
+    return _durations(tomb.lineage.journal_entries(saga_id))
 
 
 def _bulk_load(backend: str, tmp: Path, n: int) -> float:
