@@ -36,10 +36,20 @@ HEADINGS = ("pgvector at scale: one subject's erasure and its reclaim's statemen
 DIM = 384
 CHUNKS = 100
 BATCH = int(os.environ.get("TOMBSTONE_BENCH_PG_BATCH", "10"))
-SIZES = tuple(int(n) for n in os.environ.get("TOMBSTONE_BENCH_PG_SIZES", "10000,100000").split(","))
+SIZES = tuple(int(n) for n in os.environ.get("TOMBSTONE_BENCH_PG_SIZES", "10000,100000,1000000").split(","))
 MEMORY = os.environ.get("TOMBSTONE_BENCH_PG_MEMORY", "1GB")
+BUILD_MEMORY = os.environ.get("TOMBSTONE_BENCH_PG_BUILD_MEMORY")
+"""``maintenance_work_mem`` of the bulk load's index build, where set (else the server's): at a million rows the
+graph is some 2 GB, and a build that spills out of memory runs for hours."""
 """``maintenance_work_mem`` of the statements timed with more memory than the server's default (the store option)."""
 STATEMENTS = ("DELETE", "VACUUM FULL", "VACUUM FULL, more memory", "REINDEX, more memory", "ANALYZE", "CHECKPOINT")
+ALL_MEMORY_UP_TO = int(os.environ.get("TOMBSTONE_BENCH_PG_ALL_UP_TO", "100000"))
+"""The largest size whose case runs every statement: above it the whole-table rebuilds timed on their own (``VACUUM
+FULL`` at the server's 64MB and with ``MEMORY``, ``REINDEX``) are left out, each a build of the graph that the
+erasure's own ``VACUUM FULL`` already timed (at 64MB a graph many times larger than the memory), and so is the
+batch (one ``VACUUM FULL`` again)."""
+CACHE = Path(os.environ["TOMBSTONE_BENCH_PG_CACHE"]) if os.environ.get("TOMBSTONE_BENCH_PG_CACHE") else None
+"""A folder of measured cases (``pg-SIZE.json``): a size found there is taken from it, one measured is kept there."""
 TABLE, INDEX = "bench", "bench_embedding_hnsw"
 
 
@@ -87,9 +97,13 @@ def build(size: int, tmp: Path) -> dict:
                 for row in rows:
                     copy.write_row(row)
             out["copy"] = time.perf_counter() - t
+            if BUILD_MEMORY:
+                conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
+            out["build_memory"] = conn.execute("SHOW maintenance_work_mem").fetchone()[0]
             t = time.perf_counter()
             conn.execute(f"CREATE INDEX {INDEX} ON {TABLE} USING hnsw (embedding vector_cosine_ops)")
             out["index_build"] = time.perf_counter() - t
+            conn.execute("RESET maintenance_work_mem")
             conn.execute(f"ANALYZE {TABLE}")
             conn.execute("CHECKPOINT")
             out["settings"] = {name: conn.execute(f"SHOW {name}").fetchone()[0]
@@ -127,16 +141,21 @@ def case(size: int, tmp: Path) -> dict:
             out["steps"] = _steps(tomb, receipt["saga_id"])
             reclaim = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
             out["reclaim_steps"], out["reclaim_memory"] = reclaim["steps"], reclaim.get("maintenance_work_mem")
+            out["build_memory"] = built.get("build_memory")
             with psycopg.connect(embedded_dsn(data_dir), autocommit=True) as conn:
                 out["table_mib"] = conn.execute(f"SELECT pg_table_size('{TABLE}')").fetchone()[0] / 1048576
                 out["index_mib"] = conn.execute(f"SELECT pg_relation_size('{INDEX}')").fetchone()[0] / 1048576
-                timed = {}
+                timed: dict[str, float | None] = {}
                 for name, statement, params in (
                         ("DELETE", f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (_ids(refs[1]),)),
                         ("VACUUM FULL", f"VACUUM FULL {TABLE}", None),
                         ("VACUUM FULL, more memory", f"VACUUM FULL {TABLE}", MEMORY),
                         ("REINDEX, more memory", f"REINDEX INDEX {INDEX}", MEMORY),
                         ("ANALYZE", f"ANALYZE {TABLE}", None), ("CHECKPOINT", "CHECKPOINT", None)):
+                    if size > ALL_MEMORY_UP_TO and name in ("VACUUM FULL", "VACUUM FULL, more memory",
+                                                            "REINDEX, more memory"):
+                        timed[name] = None
+                        continue
                     memory = params if isinstance(params, str) else None
                     if memory:
                         conn.execute(f"SET maintenance_work_mem = '{memory}'")
@@ -147,11 +166,13 @@ def case(size: int, tmp: Path) -> dict:
                         conn.execute("RESET maintenance_work_mem")
                 out["statements"] = timed
                 out["memory"] = MEMORY
-            t = time.perf_counter()
-            batch = tomb.erase_many(refs[2 : 2 + BATCH])
-            out["batch"] = time.perf_counter() - t
-            out["batch_subjects"] = len(batch)
-            assert all(r["summary"].get("VERIFIED") == CHUNKS for r, _ in batch)
+            if size <= ALL_MEMORY_UP_TO:
+                t = time.perf_counter()
+                batch = tomb.erase_many(refs[2 : 2 + BATCH])
+                out["batch"] = time.perf_counter() - t
+                out["batch_subjects"] = len(batch)
+                assert all(r["summary"].get("VERIFIED") == CHUNKS for r, _ in batch)
+            out["load_average"] = os.getloadavg()[0]
     finally:
         stop_embedded(data_dir)
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -162,6 +183,11 @@ def case(size: int, tmp: Path) -> dict:
 def run(tmp: Path, sizes=SIZES) -> dict:
     cases, failed = [], []
     for size in sizes:
+        kept = CACHE / f"pg-{size}.json" if CACHE is not None else None
+        if kept is not None and kept.is_file():  # measured by an earlier run, in processes of its own
+            cases.append({**json.loads(kept.read_text()), "reused": True})
+            print(f"  pgvector {size}: from {kept}", file=sys.stderr, flush=True)
+            continue
         work = tmp / f"pg-{size}"
         work.mkdir(parents=True)
         me = str(Path(__file__).resolve())
@@ -176,10 +202,17 @@ def run(tmp: Path, sizes=SIZES) -> dict:
             failed.append(f"{size:,}")
             continue
         cases.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        if kept is not None:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(json.dumps(cases[-1]))
         print(f"  pgvector {size}: erase {cases[-1]['erase']:.2f} s", file=sys.stderr, flush=True)
     if not cases:
         raise RuntimeError(f"every case failed: {', '.join(failed)}")
     return {"cases": cases, "failed": failed, "batch": BATCH}
+
+
+def _seconds(value: float | None) -> str:
+    return "not run" if value is None else f"{value:.2f} s"
 
 
 def section(result: dict) -> str:
@@ -187,6 +220,7 @@ def section(result: dict) -> str:
     first = cases[0]
     version, ext = first["server"]
     settings = ", ".join(f"`{k}` {v}" for k, v in first["settings"].items())
+    memory = first.get("memory", MEMORY)
     lines = [
         f"## {HEADINGS[0]}",
         "",
@@ -194,43 +228,56 @@ def section(result: dict) -> str:
         f" vectors in subjects of {CHUNKS} chunks with an HNSW index (cosine, pgvector's default parameters), lineage"
         " recorded for every chunk. Each case is built in one process (rows loaded with `COPY`, the index built once"
         " after: the *bulk load*, the floor of any rewrite of the table) and measured in another: one subject's"
-        " erasure end to end (`Tombstone.erase`), then each statement of the reclaim run on its own for a second"
-        f" subject's rows (`VACUUM FULL` with the server's `maintenance_work_mem` and again with"
-        f" {first.get('memory', MEMORY)}, as the store option `maintenance_work_mem` sets it for the reclaim; and"
-        " `REINDEX` of the HNSW index, which the reclaim runs only where `VACUUM FULL` is refused), then a batch"
-        f" of {result['batch']} other subjects (`erase_many`), with the server's memory. One run per size on two"
+        " erasure end to end (`Tombstone.erase`, its reclaim with the memory in the *reclaim memory* column), then"
+        " each statement of the reclaim run on its own for a second subject's rows (`VACUUM FULL` with the"
+        f" server's `maintenance_work_mem` and again with {memory}, as the store option `maintenance_work_mem` sets"
+        " it for the reclaim; and `REINDEX` of the HNSW index, which the reclaim runs only where `VACUUM FULL` is"
+        f" refused), then a batch of {result['batch']} other subjects (`erase_many`). One run per size on two"
         " shared cores; *peak memory* is the measuring Python process's (the server's processes are apart).",
         "",
-        "| vectors | table + index MiB | bulk load: COPY, index build | one subject's erase | of which reclaim |"
-        f" of which verify | DELETE | VACUUM FULL | VACUUM FULL, {first.get('memory', MEMORY)} |"
-        f" REINDEX (HNSW), {first.get('memory', MEMORY)} | ANALYZE | CHECKPOINT |"
-        " batch: subjects, time (x one subject) | peak memory |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| vectors | table + index MiB | bulk load: COPY, index build (memory) | one subject's erase | reclaim memory |"
+        f" of which reclaim | of which verify | DELETE | VACUUM FULL | VACUUM FULL, {memory} |"
+        f" REINDEX (HNSW), {memory} | ANALYZE | CHECKPOINT | batch: subjects, time (x one subject) | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
-        s = c["statements"]
+        st = c["statements"]
+        batch = (f"{c['batch_subjects']}: {c['batch']:.2f} s ({c['batch'] / c['erase']:.1f}x)" if "batch" in c
+                 else "not run")
         lines.append(
-            f"| {c['size']:,} | {c['table_mib']:.0f} + {c['index_mib']:.0f} | {c['copy']:.1f} s, {c['index_build']:.1f} s |"
-            f" {c['erase']:.2f} s | {c['steps'].get('reclaim', 0):.2f} s | {c['steps'].get('verify', 0):.2f} s |"
-            + "".join(f" {s[name]:.2f} s |" for name in STATEMENTS)
-            + f" {c['batch_subjects']}: {c['batch']:.2f} s ({c['batch'] / c['erase']:.1f}x) | {c['peak_rss_mib']:.0f} MiB |")
+            f"| {c['size']:,} | {c['table_mib']:.0f} + {c['index_mib']:.0f} | {c['copy']:.1f} s,"
+            f" {c['index_build']:.1f} s ({c.get('build_memory') or c['settings']['maintenance_work_mem']}) |"
+            f" {c['erase']:.2f} s | {c.get('reclaim_memory') or c['settings']['maintenance_work_mem']} |"
+            f" {c['steps'].get('reclaim', 0):.2f} s | {c['steps'].get('verify', 0):.2f} s |"
+            + "".join(f" {_seconds(st.get(name))} |" for name in STATEMENTS)
+            + f" {batch} | {c['peak_rss_mib']:.0f} MiB |")
     lines += ["", f"The reclaim's steps, as its receipt lists them: {'; '.join(first['reclaim_steps'])}."]
-    memory = {c.get("reclaim_memory") for c in cases}
-    if None in memory:
-        lines += ["", "The erasures here (one subject, the batch) ran before the reclaim's `maintenance_work_mem` on the"
-                  " embedded server became 1GB by default: with the server's 64MB. On the embedded server they now"
-                  " run as the *VACUUM FULL, 1GB* column does."]
-    else:
-        lines += ["", f"The erasures' reclaim ran with `maintenance_work_mem` {', '.join(sorted(memory))} (the"
-                  " embedded server's default for the reclaim)."]
+    unsized = [f"{c['size']:,}" for c in cases if not c.get("reclaim_memory")]
+    if unsized:
+        lines += ["", f"The erasures at {', '.join(unsized)} ran before the embedded server's reclaim had memory of"
+                  " its own: with the server's 64MB (the *VACUUM FULL, 1GB* column is what 1GB does)."]
+    skipped = [f"{c['size']:,}" for c in cases if any(c["statements"].get(n) is None for n in STATEMENTS)]
+    if skipped:
+        lines += ["", f"At {', '.join(skipped)} the rebuilds timed on their own (*VACUUM FULL* with 64MB and with"
+                  f" {memory}, *REINDEX*) and the batch were not run: each builds the same graph as the erasure's own"
+                  " `VACUUM FULL`, which the *of which reclaim* column times, and with less memory than the graph"
+                  " needs each would be many times slower (the 100,000 row shows 64MB against 1GB)."]
     if len(cases) >= 2:
         a, b = cases[0], cases[-1]
         grow = lambda key: f"{b[key] / a[key]:.1f}x" if a.get(key) else "n/a"  # noqa: E731
         stmt = ", ".join(f"{name} {b['statements'][name] / a['statements'][name]:.1f}x" for name in STATEMENTS
-                         if a["statements"][name] > 0)
+                         if a["statements"].get(name) and b["statements"].get(name) is not None)
         lines += ["", f"From {a['size']:,} to {b['size']:,} vectors ({b['size'] // a['size']}x the data): one"
                   f" subject's erase {grow('erase')}, the index build of the bulk load {grow('index_build')}; each"
                   f" statement on its own: {stmt}."]
+    reused = [f"{c['size']:,} ({c.get('measured_at', 'date not kept')})" for c in cases if c.get("reused")]
+    if reused:
+        lines += ["", "Sizes taken from an earlier run's case files (`TOMBSTONE_BENCH_PG_CACHE`), each measured in"
+                  f" processes of its own: {', '.join(reused)}."]
+    loads = [c["load_average"] for c in cases if "load_average" in c]
+    if loads:
+        lines += ["", f"The host's one-minute load average as each case ended: {min(loads):.1f} to {max(loads):.1f}"
+                  f" ({os.cpu_count()} cores)."]
     if result.get("failed"):
         lines += ["", f"Sizes that failed in this run (see its output): {', '.join(result['failed'])}."]
     lines += ["", "What grows, and why: the DELETE touches only the subject's rows (through the primary key), but"
@@ -238,13 +285,21 @@ def section(result: dict) -> str:
               " scratch, HNSW graph included: mostly the bulk load's index build again, growing with the table as"
               " that build does. It is what makes the erased vectors leave the files: a plain `VACUUM` marks the"
               " rows' space free and leaves their bytes and the graph's copies of them where they are (the"
-              " residue table above). `REINDEX` alone costs about as much as `VACUUM FULL` with the same memory: the reclaim ran it"
-              " before `VACUUM FULL`, which built the graph a second time, and now runs it only where `VACUUM"
-              " FULL` is refused. `ANALYZE` samples a fixed number of rows, so it grows little; the `CHECKPOINT`"
-              " writes what the rewrite left in shared buffers. The index build runs with the session's"
-              " `maintenance_work_mem`, which the embedded server leaves at PostgreSQL's default: a graph larger"
-              " than it is built far more slowly (pgvector's own advice is to raise it for builds), and the store"
-              " option `maintenance_work_mem` raises it for the reclaim's session alone.",
+              " residue table above). `REINDEX` alone costs about as much as `VACUUM FULL` with the same memory: the"
+              " reclaim ran it before `VACUUM FULL`, which built the graph a second time, and now runs it only where"
+              " `VACUUM FULL` is refused. `ANALYZE` samples a fixed number of rows, so it grows little; the"
+              " `CHECKPOINT` writes what the rewrite left in shared buffers.",
+              "", "Memory decides the rebuild's pace. pgvector builds the graph in `maintenance_work_mem` and, once"
+              " the graph outgrows it, goes on inserting row by row into the index on disk (its notice: \"hnsw graph"
+              " no longer fits into maintenance_work_mem after N tuples\"); measured here, the graph of dim-384 rows"
+              " takes about 2,250 bytes a row in memory, 1.1 times the index's 2,048 bytes a row on disk. At"
+              " 100,000 rows (a 195 MiB index) PostgreSQL's default of 64MB is a third of the graph, and the"
+              " rebuild takes about five times as long as with 1GB. At 1,000,000 rows the graph is about 2.1 GB: 1GB"
+              " would hold half of it. So on the embedded server the reclaim sets its session's"
+              " `maintenance_work_mem` to 1GB or, where the table's largest HNSW index needs more, 1.25 bytes a byte"
+              " of it (at most a quarter of the machine's memory); on a server given by `dsn` it keeps the server's"
+              " setting, and where the graph will not fit in it, its steps say so and name the store option"
+              " `maintenance_work_mem` that raises it.",
               "", "A batch shares the one `VACUUM FULL`, and its logical probe searches only the ids a row still"
               " holds (every search returns rows named by their id), so after a clean erasure it searches"
               " nothing: before this, a batch of 10 subjects at 10,000 rows ran 8,000 searches (in a profile, 16.5 s of"

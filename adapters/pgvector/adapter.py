@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import shutil
 import tempfile
@@ -44,9 +45,33 @@ _MEMORY = re.compile(r"[1-9][0-9]{0,9}(kB|MB|GB|TB)")
 
 
 EMBEDDED_WORK_MEM = "1GB"
-"""The reclaim's ``maintenance_work_mem`` on the embedded server, unless the store option says otherwise:
+"""The reclaim's least ``maintenance_work_mem`` on the embedded server, unless the store option says otherwise:
 PostgreSQL's default (64MB) builds the HNSW graph of 100,000 dim-384 rows in about 290 s here, 1GB in about
-60 s (RESULTS.md, "pgvector at scale"). It is a ceiling: the build takes what the graph needs."""
+60 s (RESULTS.md, "pgvector at scale"). It is a ceiling: the build takes what the graph needs. A table whose
+graph needs more gets more (``graph_memory``)."""
+
+GRAPH_PER_INDEX_BYTE = 1.25
+"""Memory an HNSW build's graph takes per byte of the built index, with room to spare: pgvector reported the
+graph of dim-384 rows full of 16MB after 7,456 rows (about 2,250 bytes a row), whose index took 2,048 bytes a
+row on disk (measured here, pgvector 0.8.2)."""
+
+
+def graph_memory(index_bytes: int, *, least_mb: int = 1024, physical_bytes: int | None = None) -> tuple[int, bool]:
+    """Megabytes of ``maintenance_work_mem`` for rebuilding an HNSW index of ``index_bytes``: enough for its
+    graph (``GRAPH_PER_INDEX_BYTE``), at least ``least_mb``, at most a quarter of ``physical_bytes`` (the
+    machine's memory; a build that spills out of memory is far slower, one that exhausts it fails). Returns
+    (megabytes, whether the graph fits in them)."""
+    need = -(-int(index_bytes * GRAPH_PER_INDEX_BYTE) // 2**20)
+    cap = None if not physical_bytes else max(least_mb, physical_bytes // 4 // 2**20)
+    chosen = max(least_mb, need) if cap is None else min(max(least_mb, need), cap)
+    return chosen, need <= chosen
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _work_mem(store: str, value: Any, *, embedded: bool = False) -> str | None:
@@ -250,7 +275,7 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         # build the graph twice (the costliest statement here, growing with the table). REINDEX runs only
         # where VACUUM FULL is refused.
         vacuum_full = True
-        with self._maintenance_memory() as work_mem:
+        with self._maintenance_memory(steps) as work_mem:
             try:
                 self.conn.execute(sql.SQL("VACUUM FULL {}").format(self.table))
                 steps.append("VACUUM FULL (the table and every index written anew)")
@@ -285,20 +310,39 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
             (str(xid8 % 2**32), str(xid8 % 2**32))).fetchall()
         return [f"pid {pid} {state}" for pid, state in rows]
 
+    def _largest_graph(self) -> int:
+        """Bytes of the table's largest HNSW index (0 where it has none): the graph its rebuild holds."""
+        row = self.conn.execute(
+            "SELECT max(pg_relation_size(i.indexrelid)) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = %s AND a.amname = 'hnsw'", (self._oid(),)).fetchone()
+        return int(row[0] or 0)
+
     @contextlib.contextmanager
-    def _maintenance_memory(self) -> Iterator[str]:
+    def _maintenance_memory(self, steps: list[str]) -> Iterator[str]:
         """The memory the index builds of the rewrite may use: the store option ``maintenance_work_mem`` for this
-        session while they run (an HNSW graph larger than it is built far more slowly), else the server's.
-        Yields the value in force, as the server shows it."""
-        if self._work_mem is None:
-            yield self.conn.execute("SHOW maintenance_work_mem").fetchone()[0]
-            return
-        self.conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(self._work_mem)))
+        session while they run (an HNSW graph larger than it is built far more slowly), else on the embedded
+        server ``EMBEDDED_WORK_MEM`` or what the table's largest graph needs (``graph_memory``), else the
+        server's. Yields the value in force, as the server shows it; a graph that will not fit in it is said in
+        ``steps``."""
+        graph = self._largest_graph()
+        chosen = self._work_mem
+        if chosen == EMBEDDED_WORK_MEM and self.options.get("maintenance_work_mem") is None:
+            megabytes, _ = graph_memory(graph, physical_bytes=_physical_memory())
+            chosen = f"{megabytes}MB" if megabytes > 1024 else EMBEDDED_WORK_MEM
+        if chosen is not None:
+            self.conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(chosen)))
         try:
+            in_bytes = self.conn.execute(  # the setting is in kB
+                "SELECT setting::bigint * 1024 FROM pg_settings WHERE name = 'maintenance_work_mem'").fetchone()[0]
+            if graph * GRAPH_PER_INDEX_BYTE > in_bytes:
+                steps.append(f"the HNSW graph (its index {graph / 2**20:.0f} MiB) may not fit in maintenance_work_mem"
+                             f" ({self.conn.execute('SHOW maintenance_work_mem').fetchone()[0]}): its rebuild runs far"
+                             " more slowly; the store option maintenance_work_mem raises it for the reclaim")
             yield self.conn.execute("SHOW maintenance_work_mem").fetchone()[0]
         finally:
-            with contextlib.suppress(psycopg.Error):  # a connection lost meanwhile takes the setting with it
-                self.conn.execute("RESET maintenance_work_mem")
+            if chosen is not None:
+                with contextlib.suppress(psycopg.Error):  # a connection lost meanwhile takes the setting with it
+                    self.conn.execute("RESET maintenance_work_mem")
 
     def _checkpoint(self) -> str:
         try:

@@ -461,3 +461,83 @@ def test_the_reclaim_runs_with_the_store_s_maintenance_work_mem_and_gives_the_se
                                                     "maintenance_work_mem": "lots"}})
     with Tombstone(bad, clock=FrozenClock()) as tomb, pytest.raises(ConfigError, match="maintenance_work_mem"):
         tomb.adapter("pg")
+
+
+def test_the_reclaim_memory_follows_the_hnsw_graph_it_rebuilds():
+    """On the embedded server the reclaim's memory is at least 1GB and enough for the table's largest HNSW graph
+    (about 1.25 bytes a byte of its index), at most a quarter of the machine's memory; where that cap binds the
+    graph does not fit, and the answer says so."""
+    from tombstone_adapters.pgvector.adapter import graph_memory
+
+    gib = 2**30
+    assert graph_memory(40 * 2**20, physical_bytes=24 * gib) == (1024, True)  # a small table: the floor
+    assert graph_memory(2 * gib, physical_bytes=24 * gib) == (2560, True)  # a million dim-384 rows' graph
+    assert graph_memory(10 * gib, physical_bytes=8 * gib) == (2048, False)  # capped: it will spill
+    assert graph_memory(2 * gib, physical_bytes=None) == (2560, True)
+    assert graph_memory(0, physical_bytes=2 * gib) == (1024, True)  # never under the floor
+
+
+def test_a_graph_too_large_for_the_reclaim_memory_is_named_in_its_steps(ptomb, admin, monkeypatch):
+    """The reclaim reads the size of the table's HNSW index (the graph VACUUM FULL builds again) and says in
+    its steps when that graph will not fit in the ``maintenance_work_mem`` in force (pgvector then builds it far
+    more slowly); a graph that fits is not mentioned (the control)."""
+    from tombstone_adapters.pgvector.adapter import PgVectorAdapter
+
+    write(ptomb, admin, "alice", 3)
+    write(ptomb, admin, "bob", 5)
+    write(ptomb, admin, "carol", 4)
+    adapter = ptomb.adapter("pg")
+    hnsw = admin.execute("SELECT pg_relation_size(indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = indexrelid"
+                         " JOIN pg_am a ON a.oid = c.relam WHERE indrelid = %s::regclass AND amname = 'hnsw'",
+                         (table_of(ptomb),)).fetchone()[0]
+    assert adapter._largest_graph() == hnsw > 0
+    receipt, _ = ptomb.erase("alice")
+    steps = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["steps"]
+    assert not any("may not fit" in step for step in steps)  # control: a small graph fits the server's memory
+    monkeypatch.setattr(PgVectorAdapter, "_largest_graph", lambda self: 200 * 2**20)
+    receipt, _ = ptomb.erase("bob")
+    evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert any("HNSW graph (its index 200 MiB) may not fit in maintenance_work_mem" in step for step in evidence["steps"])
+    assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}  # slower, not less erased
+
+
+@pytest.mark.slow
+def test_the_embedded_server_s_reclaim_takes_the_memory_its_graph_needs(tmp_path, monkeypatch):
+    """Unset, the embedded server's reclaim runs with 1GB for a small graph and with ``graph_memory`` of a larger
+    one (here a 2 GiB index, as at a million dim-384 rows, reported by the size query), the receipt names the
+    value, and the session has the server's own value again after; the store option still wins."""
+    from tombstone_adapters.pgvector.adapter import PgVectorAdapter, _physical_memory, graph_memory
+    from tombstone_adapters.pgvector.server import stop_embedded
+
+    data = tmp_path / "pgdata"
+    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "data_dir": str(data),
+                                                          "table": "chunks"}})
+    try:
+        with psycopg.connect(embedded_dsn(data), autocommit=True) as conn, \
+                Tombstone(config, clock=FrozenClock()) as tomb:
+            PgVectorStore(conn, "chunks", dim=DIM)
+            for subject, n in (("alice", 3), ("bob", 4), ("carol", 5)):
+                write(tomb, conn, subject, n)
+            server_value = conn.execute("SHOW maintenance_work_mem").fetchone()[0]
+            receipt, _ = tomb.erase("alice")
+            assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["maintenance_work_mem"] == "1GB"
+            monkeypatch.setattr(PgVectorAdapter, "_largest_graph", lambda self: 2 * 2**30)
+            receipt, _ = tomb.erase("bob")
+            evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+            megabytes, fits = graph_memory(2 * 2**30, physical_bytes=_physical_memory())
+            assert megabytes > 1024
+            assert evidence["maintenance_work_mem"] == f"{megabytes}MB"
+            assert fits == (not any("may not fit" in step for step in evidence["steps"]))
+            assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+            assert tomb.adapter("pg").conn.execute("SHOW maintenance_work_mem").fetchone()[0] == server_value
+        pinned = init_deployment(tmp_path / "pinned", {"pg": {"backend": "pgvector", "data_dir": str(data),
+                                                              "table": "chunks", "maintenance_work_mem": "256MB"}})
+        with psycopg.connect(embedded_dsn(data), autocommit=True) as conn, \
+                Tombstone(pinned, clock=FrozenClock()) as tomb:
+            write(tomb, conn, "dave", 3)
+            receipt, _ = tomb.erase("dave")
+            evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+            assert evidence["maintenance_work_mem"] == "256MB"  # the option is the user's word, graph or not
+            assert any("may not fit" in step for step in evidence["steps"])
+    finally:
+        stop_embedded(data)
