@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
 import sqlite3
-import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,49 +29,14 @@ from . import fulltext, inplace
 from .wrapper import BACKEND, REWRITE_SUFFIX, SUPPRESSED, TombstoneCollection, bump_epoch, fresh_client
 from .hooks import ChromaHooks
 from .neighbours import ChromaNeighbours
+from .segments import UUID_DIR, ChromaSegments
 
-_UUID_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _SEARCH_ALL_UP_TO = 400
 """Probe vectors searched without first reading which ids the collection can name (one subject's: the id
 map is read whole, which costs more than a few hundred searches)."""
 _PAGE = 1000
 # lock file -> the token this process's Chroma instance on that directory is known complete at
 _fresh_at: dict[str, str | None] = {}
-
-
-def hnsw_header(segment_dir: Path) -> dict[str, int] | None:
-    """Parse Chroma's ``header.bin`` (hnswlib's index header preceded by a u32 version)."""
-    try:
-        raw = (segment_dir / "header.bin").read_bytes()
-    except FileNotFoundError:
-        return None
-    if len(raw) < 52:
-        return None
-    _version, = struct.unpack_from("<I", raw, 0)
-    _offset_level0, max_elements, cur_count, size_per_element, _label_offset, offset_data = struct.unpack_from("<6Q", raw, 4)
-    return {"max_elements": max_elements, "cur_element_count": cur_count,
-            "size_data_per_element": size_per_element, "offset_data": offset_data}
-
-
-def zero_past(path: Path, keep: int) -> int:
-    """Overwrite every byte of ``path`` after the first ``keep`` with zeros; return how many."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return 0
-    if size <= keep:
-        return 0
-    with open(path, "r+b") as fh:
-        fh.seek(keep)
-        remaining = size - keep
-        block = b"\x00" * (1 << 20)
-        while remaining:
-            n = min(remaining, len(block))
-            fh.write(block[:n])
-            remaining -= n
-        fh.flush()
-        os.fsync(fh.fileno())
-    return size - keep
 
 
 LOW_SPACE = 1 << 20
@@ -94,7 +56,7 @@ def _write_refused(path: Path) -> str | None:
     return f"No space left on device: {free} bytes free on its filesystem" if free < LOW_SPACE else None
 
 
-class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
+class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
     """Options: ``path`` (the persist directory), ``collection`` (its name) and, optionally, ``id_key``:
     a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
 
@@ -371,7 +333,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
         bump_epoch(self.path)
         self._reload()
         self._col = None
-        zeroed = self._settle_and_zero_tails()
+        zeroed, settled = self._settle_and_zero_tails(may_skip_load=True)
         return {
             "mechanism": "in-place",
             "steps": ["delete the records' rows, metadata and full-text rows, empty their queue rows, on a"
@@ -386,10 +348,11 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
                       "zero the free space of every page of chroma.sqlite3 (what Chroma's own deletes and rewrites,"
                       " with secure_delete off, left there)",
                       "reload the collection from its files (a new epoch token for the wrappers)",
-                      "zero HNSW slots past cur_element_count"],
+                      f"zero HNSW slots past cur_element_count (the vector segment {settled})"],
             "rows_deleted": rows, "hnsw": slots, "fulltext_merged": merged, "fulltext_secure_delete": in_place_fulltext,
             "free_space_zeroed": free_space,
             "wal_checkpoint_busy": bool(checkpoint and checkpoint[0]), "hnsw_tail_bytes_zeroed": zeroed,
+            "vector_segment": settled,
             "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",
             **({"fulltext_marker": marker_problem} if marker_problem else {}),
         }
@@ -410,7 +373,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
         kill_point("reclaim:chroma:after-delete")
         rewrite = self._rewrite()
         kill_point("reclaim:chroma:after-rewrite")
-        zeroed = self._settle_and_zero_tails()
+        zeroed, _ = self._settle_and_zero_tails()  # a new segment: always loaded first
         purged = self._purge_queue()
         kill_point("reclaim:chroma:after-purge")
         vacuum = self._vacuum()
@@ -479,79 +442,6 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
         fresh.modify(name=self.name)
         self._col = fresh
         return {"survivors": len(ids), "old_collection_id": old_id, "new_collection_id": str(fresh.id)}
-
-    def _db(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path / "chroma.sqlite3", timeout=30, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout=30000")
-        return conn
-
-    def _segments(self) -> dict[str, str]:
-        conn = self._db()
-        try:
-            return dict(conn.execute("SELECT id, scope FROM segments").fetchall())
-        finally:
-            conn.close()
-
-    def _settle_and_zero_tails(self) -> dict[str, int]:
-        """Let this process's fresh Chroma instance load the collection's vector segment first (a read
-        does), then zero the tails: a segment Chroma has not persisted yet is set up again at load, and its
-        files are written then from buffers that hold whatever the process's heap held."""
-        col = self.collection()
-        if col.count():
-            col.get(limit=1, include=["embeddings"])
-        return self._zero_hnsw_tails()
-
-    def _zero_hnsw_tails(self) -> dict[str, int]:
-        """hnswlib allocates room for max_elements and Chroma may persist the whole buffer; the slots
-        past cur_element_count were never written by the index and can hold stale heap memory."""
-        zeroed = {}
-        for seg, scope in self._segments().items():
-            directory = self.path / seg
-            header = hnsw_header(directory) if scope == "VECTOR" else None
-            if header is None:
-                continue
-            cur = header["cur_element_count"]
-            n = zero_past(directory / "data_level0.bin", cur * header["size_data_per_element"])
-            n += zero_past(directory / "length.bin", cur * 4)
-            zeroed[seg] = n
-        return zeroed
-
-    def _purge_queue(self) -> int:
-        """Drop embeddings-queue rows of collections that no longer exist (the rewritten original's ADD
-        rows keep documents and vectors). Rows of live collections may not be applied yet: kept."""
-        conn = self._db()
-        try:
-            live = {row[0] for row in conn.execute("SELECT id FROM collections")}
-            topics = [row[0] for row in conn.execute("SELECT DISTINCT topic FROM embeddings_queue")]
-            dead = [t for t in topics if t.rsplit("/", 1)[-1] not in live]
-            purged = 0
-            for topic in dead:
-                purged += conn.execute("DELETE FROM embeddings_queue WHERE topic = ?", (topic,)).rowcount
-            return purged
-        finally:
-            conn.close()
-
-    def _vacuum(self) -> dict[str, Any]:
-        conn = self._db()
-        try:
-            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            conn.execute("VACUUM")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            return {"journal_mode": mode, "secure_delete": bool(conn.execute("PRAGMA secure_delete").fetchone()[0])}
-        except sqlite3.DatabaseError as exc:
-            raise StoreUnavailableError(f"VACUUM of chroma.sqlite3 failed: {exc}", store=self.store) from exc
-        finally:
-            conn.close()
-
-    def _remove_orphans(self) -> list[str]:
-        live = set(self._segments())
-        removed = []
-        for child in sorted(self.path.iterdir()):
-            if child.is_dir() and _UUID_DIR.match(child.name) and child.name not in live:
-                shutil.rmtree(child)
-                removed.append(child.name)
-        return removed
 
     # -- probes -------------------------------------------------------------------------------
 
@@ -748,7 +638,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, Adapter):
                                            store=self.store)
         files = [self.path / f"chroma.sqlite3{suffix}" for suffix in ("", "-wal", "-shm", "-journal")]
         for child in sorted(self.path.iterdir()):
-            if child.is_dir() and _UUID_DIR.match(child.name):  # a segment's folder (or an orphan one)
+            if child.is_dir() and UUID_DIR.match(child.name):  # a segment's folder (or an orphan one)
                 # everything but folders: the scanner refuses (and names) what it must not read
                 files += sorted(p for p in child.rglob("*") if not p.is_dir())
         # any other file under the persist directory is read too, as bytes, and named (physical_root)

@@ -19,7 +19,8 @@ from tombstone.capture.vector import normalised_fingerprint
 from tombstone.lineage.db import fingerprint_bytes
 from tombstone.testing import AdapterConformance, ConformanceEnv
 from tombstone_adapters.chroma import SUPPRESSED, TombstoneCollection
-from tombstone_adapters.chroma.adapter import ChromaAdapter, hnsw_header
+from tombstone_adapters.chroma.adapter import ChromaAdapter
+from tombstone_adapters.chroma.segments import hnsw_header
 
 from support import FrozenClock, raising_stub
 
@@ -798,3 +799,95 @@ def test_the_id_key_paths_ask_once_per_page_and_still_find_a_copy_under_another_
     for aid in (mine[0], mine[2], mine[3]):
         assert "raw.get(where chunk_id)" in results[aid].evidence["paths"]
         assert not any("chunk_id" in p for p in results[aid].evidence["returned_by"]), results[aid].evidence
+
+
+def _segment_state(tomb) -> tuple[int | None, int | None]:
+    """The vector segment's persisted seq_id and the queue's last one, read with sqlite3 (no Tombstone code)."""
+    import sqlite3
+
+    conn = sqlite3.connect(store_dir(tomb) / "chroma.sqlite3")
+    try:
+        applied = conn.execute("SELECT m.seq_id FROM segments s LEFT JOIN max_seq_id m ON m.segment_id = s.id"
+                               " WHERE s.scope = 'VECTOR'").fetchone()[0]
+        return applied, conn.execute("SELECT max(seq_id) FROM embeddings_queue").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _segment_files(tomb) -> dict[str, bytes]:
+    return {str(p.relative_to(store_dir(tomb))): p.read_bytes() for p in sorted(store_dir(tomb).glob("*/*"))
+            if p.is_file()}
+
+
+def test_a_persisted_vector_segment_is_not_loaded_by_the_reclaim_and_no_later_load_writes_it(ctomb):
+    """Where the vector segment's files hold every queued write (Chroma's max_seq_id row at the queue's last
+    seq_id), the in-place reclaim zeroes the tails without loading the collection, and says so. Checked byte
+    for byte: a fresh process that counts, gets and queries the collection afterwards changes no file of the
+    segment, and an independent scan finds none of the erased bytes. Control: with writes the segment has not
+    persisted yet (below the sync threshold), the reclaim loads the collection first, as before."""
+    import json
+    import subprocess
+    import sys
+
+    mine = write(ctomb, "alice", 5)
+    write(ctomb, "bob", 55)  # 60 writes: the sync threshold (20) persisted the segment through the last one
+    applied, last = _segment_state(ctomb)
+    assert applied is not None and applied == last  # the case under test, read from Chroma's own tables
+    arts = [ctomb.lineage.artifact("vectors", i) for i in mine]
+    norm = [fingerprint_bytes(normalised_fingerprint(a.fingerprint, a.inv_norm)) for a in arts]
+    assert all(scan(store_dir(ctomb), p) for p in norm)  # control: the vectors are in the files before
+    receipt, _ = ctomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert evidence["mechanism"] == "in-place" and evidence["vector_segment"].startswith("not loaded")
+    before = _segment_files(ctomb)
+    script = ("import sys, json, chromadb\n"
+              "col = chromadb.PersistentClient(path=sys.argv[1]).get_collection('docs')\n"
+              "got = col.get(include=['embeddings'])\n"
+              "res = col.query(query_embeddings=json.loads(sys.argv[2]), n_results=5)\n"
+              "print(json.dumps([col.count(), len(got['ids']), res['ids']]))\n")
+    queries = HashingEmbedder(DIM)([text(f"bob-{i}") for i in range(3)])
+    out = subprocess.run([sys.executable, "-c", script, str(store_dir(ctomb)), json.dumps(queries.tolist())],
+                         capture_output=True, text=True, check=True)
+    count, got, hits = json.loads(out.stdout)
+    assert count == got == 55 and all(len(h) == 5 and not set(h) & set(mine) for h in hits)
+    assert _segment_files(ctomb) == before  # the later load wrote nothing into the segment
+    for aid, pattern in zip(mine, norm):
+        assert scan(store_dir(ctomb), aid.encode()) == [] and scan(store_dir(ctomb), pattern) == []
+
+
+def test_a_vector_segment_with_writes_not_yet_persisted_is_loaded_before_its_tails_are_zeroed(ctomb):
+    """The control of the test above: writes past the last persist leave the segment's max_seq_id behind the
+    queue, so the reclaim loads the collection before zeroing the tails; the erasure is verified either way."""
+    mine = write(ctomb, "alice", 5)
+    write(ctomb, "bob", 40)  # one add past the sync threshold: persisted through the 45th write
+    write(ctomb, "carol", 2)  # two more, below the threshold: in Chroma's memory and queue, not in the files
+    applied, last = _segment_state(ctomb)
+    assert applied == 45 and last == 47
+    assert ctomb.adapter("vectors").persisted_through() is None
+    receipt, _ = ctomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    assert receipt["summary"]["VERIFIED"] == len(mine)
+    evidence = receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]
+    assert evidence["vector_segment"].startswith("loaded by a fresh Chroma client")
+
+
+def test_a_load_of_a_segment_never_persisted_writes_its_files_so_the_reclaim_loads_it_first(ctomb):
+    """Why the rule above asks for Chroma's max_seq_id row: a segment that has never been persisted (8 writes,
+    below the sync threshold: no row) has its files written by the next process that loads it, so the byte
+    comparison of the test above can fail; the reclaim loads such a segment before zeroing its tails."""
+    import subprocess
+    import sys
+
+    write(ctomb, "alice", 5)
+    write(ctomb, "bob", 3)
+    assert _segment_state(ctomb) == (None, 8)
+    assert ctomb.adapter("vectors").persisted_through() is None
+    before = _segment_files(ctomb)
+    subprocess.run([sys.executable, "-c", "import sys, chromadb\n"
+                    "col = chromadb.PersistentClient(path=sys.argv[1]).get_collection('docs')\n"
+                    "col.get(include=['embeddings'])\n", str(store_dir(ctomb))], check=True, capture_output=True)
+    assert _segment_files(ctomb) != before  # the load wrote into the segment
+    receipt, _ = ctomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+    assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["vector_segment"].startswith("loaded")
