@@ -14,7 +14,10 @@ bulk load: the floor of any rewrite of the table). The measuring process then:
   refused): what grows with the table, and why;
 - erases a batch of ``BATCH`` other subjects (``erase_many``) against one.
 
-Sizes: ``TOMBSTONE_BENCH_PG_SIZES`` (default ``10000,100000``). Every server started is stopped again.
+Sizes: ``TOMBSTONE_BENCH_PG_SIZES`` (default ``10000,100000,1000000``; above ``TOMBSTONE_BENCH_PG_ALL_UP_TO`` the
+rebuilds timed on their own and the batch are left out). ``TOMBSTONE_BENCH_PG_BUILD_MEMORY`` is the bulk load's
+index build memory; ``TOMBSTONE_BENCH_PG_CACHE`` a folder of measured cases, reused and kept. Every server started
+is stopped again.
 """
 
 from __future__ import annotations
