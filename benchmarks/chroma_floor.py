@@ -107,33 +107,43 @@ def measure(how: str, work: Path, ref: str, later: str) -> dict:
     return out
 
 
+def built_case(size: int, tmp: Path, given: dict[str, str]) -> tuple[Path, dict]:
+    """The folder of a Chroma case of ``size`` and its build's output: the folder ``given`` names for the size
+    (built before, used as it is), else one ``scale.py build chroma`` makes under ``tmp`` now."""
+    if str(size) in given:
+        base = Path(given[str(size)])
+        return base, json.loads((base / "build.json").read_text())
+    base = tmp / f"chroma-{size}"
+    base.mkdir(parents=True)
+    proc = subprocess.run([sys.executable, str(HERE / "scale.py"), "build", "chroma", str(size), str(base)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"chroma {size}: build failed\n{proc.stderr[-3000:]}")
+    return base, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def on_a_copy(script: Path, how: str, base: Path, work: Path, *refs: str) -> dict:
+    """``script how WORK REF...`` run in a process of its own on a fresh copy of ``base``'s deployment at
+    ``work``; what it printed last, as JSON."""
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(base / "deploy", work)
+    proc = subprocess.run([sys.executable, str(script.resolve()), how, str(work), *refs], capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"chroma {base.name} {how}: failed\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run(tmp: Path) -> dict:
     rows = []
     for size in SIZES:
         t = time.perf_counter()
-        if str(size) in BUILT:
-            base = Path(BUILT[str(size)])
-            built = json.loads((base / "build.json").read_text())
-        else:
-            base = tmp / f"chroma-{size}"
-            base.mkdir(parents=True)
-            proc = subprocess.run([sys.executable, str(HERE / "scale.py"), "build", "chroma", str(size), str(base)],
-                                  capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise RuntimeError(f"chroma {size}: build failed\n{proc.stderr[-3000:]}")
-            built = json.loads(proc.stdout.strip().splitlines()[-1])
+        base, built = built_case(size, tmp, BUILT)
         row: dict = {"size": size, "build": time.perf_counter() - t, "runs": {"tombstone": [], "floor": []}}
         for rep in range(REPS):
             for how in ("tombstone", "floor"):
-                work = tmp / "work"
-                shutil.rmtree(work, ignore_errors=True)
-                shutil.copytree(base / "deploy", work)
-                proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), how, str(work),
-                                       built["refs"][rep], built["refs"][REPS + rep]], capture_output=True, text=True,
-                                      check=False)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"chroma {size} {how}: failed\n{proc.stderr[-3000:]}")
-                row["runs"][how].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                row["runs"][how].append(on_a_copy(Path(__file__), how, base, tmp / "work",
+                                                  built["refs"][rep], built["refs"][REPS + rep]))
                 print(f"  chroma {size} {how}: {row['runs'][how][-1]}", file=sys.stderr, flush=True)
         store = base / "deploy" / "stores" / "chroma"
         row["store_mib"] = sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) / (1 << 20)

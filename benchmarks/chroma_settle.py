@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,30 +55,14 @@ def measure(way: str, work: Path, first: str, later: str) -> dict:
 
 def run(tmp: Path) -> dict:
     rows = []
+    from chroma_floor import built_case, on_a_copy
+
     for size in SIZES:
-        if str(size) in BUILT:
-            base = Path(BUILT[str(size)])
-            built = json.loads((base / "build.json").read_text())
-        else:
-            base = tmp / f"chroma-{size}"
-            base.mkdir(parents=True)
-            proc = subprocess.run([sys.executable, str(HERE / "scale.py"), "build", "chroma", str(size), str(base)],
-                                  capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise RuntimeError(f"chroma {size}: build failed\n{proc.stderr[-3000:]}")
-            built = json.loads(proc.stdout.strip().splitlines()[-1])
+        base, built = built_case(size, tmp, BUILT)
         row: dict = {"size": size, "runs": {way: [] for way in WAYS}}
         for rep in range(REPS):
             for way in WAYS:
-                work = tmp / "work"
-                shutil.rmtree(work, ignore_errors=True)
-                shutil.copytree(base / "deploy", work)
-                proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), way, str(work),
-                                       built["refs"][rep], built["refs"][REPS + rep]], capture_output=True, text=True,
-                                      check=False)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"chroma {size} {way}: failed\n{proc.stderr[-3000:]}")
-                got = json.loads(proc.stdout.strip().splitlines()[-1])
+                got = on_a_copy(Path(__file__), way, base, tmp / "work", built["refs"][rep], built["refs"][REPS + rep])
                 assert got["first_verified"] == got["next_verified"] == 100, got
                 row["runs"][way].append(got)
                 print(f"  chroma {size} {way}: {got}", file=sys.stderr, flush=True)
