@@ -265,14 +265,21 @@ def section(result: dict) -> str:
                   f" {memory}, *REINDEX*) and the batch were not run: each builds the same graph as the erasure's own"
                   " `VACUUM FULL`, which the *of which reclaim* column times, and with less memory than the graph"
                   " needs each would be many times slower (the 100,000 row shows 64MB against 1GB)."]
-    if len(cases) >= 2:
-        a, b = cases[0], cases[-1]
-        grow = lambda key: f"{b[key] / a[key]:.1f}x" if a.get(key) else "n/a"  # noqa: E731
+    for a, b in zip(cases, cases[1:]):
+        grow = lambda key: f"{b[key] / a[key]:.1f}x" if a.get(key) else "n/a"  # noqa: E731,B023
         stmt = ", ".join(f"{name} {b['statements'][name] / a['statements'][name]:.1f}x" for name in STATEMENTS
                          if a["statements"].get(name) and b["statements"].get(name) is not None)
         lines += ["", f"From {a['size']:,} to {b['size']:,} vectors ({b['size'] // a['size']}x the data): one"
-                  f" subject's erase {grow('erase')}, the index build of the bulk load {grow('index_build')}; each"
-                  f" statement on its own: {stmt}."]
+                  f" subject's erase {grow('erase')} (its reclaim"
+                  f" {b['steps'].get('reclaim', 0) / max(a['steps'].get('reclaim', 0), 1e-9):.1f}x), the index build"
+                  f" of the bulk load {grow('index_build')}; each statement on its own: {stmt}."]
+    spill = [c for c in cases if c["statements"].get("VACUUM FULL") and c["statements"].get("VACUUM FULL, more memory")]
+    if spill:
+        c = spill[-1]
+        lines += ["", f"At {c['size']:,} rows `VACUUM FULL` with the server's {c['settings']['maintenance_work_mem']}"
+                  f" took {c['statements']['VACUUM FULL']:.0f} s, with {memory}"
+                  f" {c['statements']['VACUUM FULL, more memory']:.0f} s"
+                  f" ({c['statements']['VACUUM FULL'] / c['statements']['VACUUM FULL, more memory']:.1f}x)."]
     reused = [f"{c['size']:,} ({c.get('measured_at', 'date not kept')})" for c in cases if c.get("reused")]
     if reused:
         lines += ["", "Sizes taken from an earlier run's case files (`TOMBSTONE_BENCH_PG_CACHE`), each measured in"
@@ -296,9 +303,9 @@ def section(result: dict) -> str:
               " the graph outgrows it, goes on inserting row by row into the index on disk (its notice: \"hnsw graph"
               " no longer fits into maintenance_work_mem after N tuples\"); measured here, the graph of dim-384 rows"
               " takes about 2,250 bytes a row in memory, 1.1 times the index's 2,048 bytes a row on disk. At"
-              " 100,000 rows (a 195 MiB index) PostgreSQL's default of 64MB is a third of the graph, and the"
-              " rebuild takes about five times as long as with 1GB. At 1,000,000 rows the graph is about 2.1 GB: 1GB"
-              " would hold half of it. So on the embedded server the reclaim sets its session's"
+              " 100,000 rows (a 195 MiB index) PostgreSQL's default of 64MB holds a third of the graph (the"
+              " rebuild's times with each memory are above). At 1,000,000 rows the graph is about 2.1 GB: 1GB"
+              " would hold half of it (a rebuild with 1GB was not timed at that size). So on the embedded server the reclaim sets its session's"
               " `maintenance_work_mem` to 1GB or, where the table's largest HNSW index needs more, 1.25 bytes a byte"
               " of it (at most a quarter of the machine's memory); on a server given by `dsn` it keeps the server's"
               " setting, and where the graph will not fit in it, its steps say so and name the store option"
