@@ -453,8 +453,9 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
                 offset, wrote = 0, False
                 with open(local, "wb") as fh:
                     while True:
+                        # in binary: the text form of a bytea is hex, twice the bytes to send and decode
                         data = self.conn.execute("SELECT pg_read_binary_file(%s, %s, %s, true)",
-                                                 (remote, offset, _CHUNK)).fetchone()[0]
+                                                 (remote, offset, _CHUNK), binary=True).fetchone()[0]
                         if not data:
                             break
                         fh.write(data)
