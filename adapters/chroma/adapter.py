@@ -22,7 +22,7 @@ from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavail
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.sqlite_pages import where_found, zero_all_free_space
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_count, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
 from tombstone.verify.scanner import check_regular
 
 from . import fulltext, inplace
@@ -457,6 +457,8 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         view = TombstoneCollection(col, lineage=None, store=self.store)
         probe_vectors = probe_vectors or {}
         count = col.count()
+        sample = col.get(limit=1, include=["embeddings"]) if count else None
+        dim = len(sample["embeddings"][0]) if sample and len(sample["ids"]) else None
         searchers = {"raw": self._searcher(col), "wrapper": self._searcher(view)}
         # by id, and peek, asked once for the batch
         ids = [a.artifact_id for a in artifacts]
@@ -466,9 +468,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
             part = ids[start : start + _PAGE]
             raw_ids |= set(col.get(ids=part, include=[])["ids"])
             wrapped_ids |= set(view.get(ids=part, include=[])["ids"])
-        # the wrapper's peek is its get(limit) with every field: the same ids, asked without the vectors (reading
-        # one loads the whole HNSW index)
-        peeked = set(view.get(limit=TOP_K, include=[])["ids"])
+        peeked = set(view.peek(limit=TOP_K)["ids"])
         # by the metadata key that names a record's id, for the batch in pages (one ``$in`` per page, not a get
         # per artifact): which of the ids some record still carries under that key, raw and through the wrapper
         id_key = self.options.get("id_key")
@@ -477,8 +477,9 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
             where = {id_key: {"$in": ids[start : start + _PAGE]}}
             for name, source in (("raw", col), ("wrapper", view)):
                 keyed[name] |= {m.get(id_key) for m in source.get(where=where, include=["metadatas"])["metadatas"] if m}
-        counts = {art.artifact_id: probe_count(art.fingerprint, probe_vectors, art.artifact_id) if count else 0
-                  for art in artifacts}
+        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
+                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
+                   if dim else [] for art in artifacts}
         # The wrapper's query is the collection's same call, filtered on the flag and over-fetched past the
         # flagged ids: with none flagged (the store's lock is held, so none will be) it returns a subset of
         # the raw query's results, and is asked only the queries whose raw results held the artifact.
@@ -488,15 +489,8 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         # search: its probe vectors are not searched. The map is read (whole) only for a large batch; for a few
         # artifacts it is used only when this process's reclaim left it without them (no read: the searches
         # would load the whole HNSW index instead).
-        named = self._named(ids, read_map=sum(counts.values()) > _SEARCH_ALL_UP_TO)
-        wanted = [art for art in artifacts if counts[art.artifact_id] and (named is None or art.artifact_id in named)]
-        # The store's dimension only where something is searched: it is read from a stored vector, and reading
-        # one loads the whole HNSW index (about 3 s at a million vectors).
-        sample = col.get(limit=1, include=["embeddings"]) if wanted else None
-        dim = len(sample["embeddings"][0]) if sample and len(sample["ids"]) else None
-        searched = [(art.artifact_id, [(label, fit_dim(v, dim)) for label, v in
-                                       probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)])
-                    for art in wanted] if dim else []
+        named = self._named(ids, read_map=sum(len(q) for q in queries.values()) > _SEARCH_ALL_UP_TO)
+        searched = [(aid, q) for aid, q in queries.items() if named is None or aid in named]
         nearest = nearest_paths_many(searched, searchers, min(TOP_K, count),
                                      within={"wrapper": "raw"} if nothing_flagged else None)
         results = {}
@@ -513,8 +507,8 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
             paths.update(nearest.get(aid, {}))
             returned = sorted(p for p, hit in paths.items() if hit)
             evidence = {"paths": sorted(paths), "returned_by": returned,
-                        "probe_vectors": counts[aid], "collection_count": count}
-            if named is not None and aid not in named and counts[aid]:
+                        "probe_vectors": len(queries[aid]), "collection_count": count}
+            if named is not None and aid not in named and queries[aid]:
                 evidence["nearest_neighbours"] = (
                     "not searched: a search names its results through the vector segment's id map, and neither"
                     " that map, nor the metadata segment, nor a queued write of the collection names this id")
