@@ -15,7 +15,6 @@ import batch_scale
 import batches
 import caches
 import chroma_floor
-import chroma_settle
 import crash_trials
 import dataset_copies
 import dataset_shards
@@ -44,7 +43,7 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, pgvector_scale, new_engines, crash_trials, batches,
-    batch_scale, workers, caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, chroma_floor, chroma_settle, forensic_scan, semantic, semantic_templated,
+    batch_scale, workers, caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, chroma_floor, forensic_scan, semantic, semantic_templated,
     semantic_batch, model_unlearning, lora_copies, faults, startup,
 )}
 

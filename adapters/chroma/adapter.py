@@ -333,7 +333,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         bump_epoch(self.path)
         self._reload()
         self._col = None
-        zeroed, settled = self._settle_and_zero_tails(may_skip_load=True)
+        zeroed = self._settle_and_zero_tails()
         return {
             "mechanism": "in-place",
             "steps": ["delete the records' rows, metadata and full-text rows, empty their queue rows, on a"
@@ -348,11 +348,10 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
                       "zero the free space of every page of chroma.sqlite3 (what Chroma's own deletes and rewrites,"
                       " with secure_delete off, left there)",
                       "reload the collection from its files (a new epoch token for the wrappers)",
-                      f"zero HNSW slots past cur_element_count (the vector segment {settled})"],
+                      "zero HNSW slots past cur_element_count"],
             "rows_deleted": rows, "hnsw": slots, "fulltext_merged": merged, "fulltext_secure_delete": in_place_fulltext,
             "free_space_zeroed": free_space,
             "wal_checkpoint_busy": bool(checkpoint and checkpoint[0]), "hnsw_tail_bytes_zeroed": zeroed,
-            "vector_segment": settled,
             "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",
             **({"fulltext_marker": marker_problem} if marker_problem else {}),
         }
@@ -373,7 +372,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         kill_point("reclaim:chroma:after-delete")
         rewrite = self._rewrite()
         kill_point("reclaim:chroma:after-rewrite")
-        zeroed, _ = self._settle_and_zero_tails()  # a new segment: always loaded first
+        zeroed = self._settle_and_zero_tails()
         purged = self._purge_queue()
         kill_point("reclaim:chroma:after-purge")
         vacuum = self._vacuum()

@@ -66,46 +66,14 @@ class ChromaSegments:
         finally:
             conn.close()
 
-    def _settle_and_zero_tails(self, *, may_skip_load: bool = False) -> tuple[dict[str, int], str]:
+    def _settle_and_zero_tails(self) -> dict[str, int]:
         """Let this process's fresh Chroma instance load the collection's vector segment first (a read
         does), then zero the tails: a segment Chroma has not persisted yet is set up again at load, and its
-        files are written then from buffers that hold whatever the process's heap held. With
-        ``may_skip_load``, a segment whose files already hold every queued write (``persisted_through``) is
-        not loaded: a later load reads those files and writes none (about 3 s at a million vectors).
-        Returns the bytes zeroed per segment and how the segment was settled."""
-        settled = self.persisted_through() if may_skip_load else None
-        if settled is None:
-            col = self.collection()
-            if col.count():
-                col.get(limit=1, include=["embeddings"])
-            settled = "loaded by a fresh Chroma client before the tails were zeroed"
-        return self._zero_hnsw_tails(), settled
-
-    def persisted_through(self) -> str | None:
-        """Why the collection's vector segment needs no load before its tails are zeroed, or None: Chroma
-        writes a segment's ``max_seq_id`` row when it persists the segment's files, and a segment whose row
-        is at or past the last write queued for any collection has every write in its files. Anything else
-        (no row, no header, a value not an integer, several vector segments) is None: load it."""
-        collection_id = str(self.collection().id)
-        conn = self._db()
-        try:
-            rows = conn.execute(
-                "SELECT s.id, m.seq_id FROM segments s LEFT JOIN max_seq_id m ON m.segment_id = s.id"
-                " WHERE s.collection = ? AND s.scope = 'VECTOR'", (collection_id,)).fetchall()
-            last = conn.execute("SELECT max(seq_id) FROM embeddings_queue").fetchone()[0]
-        except sqlite3.DatabaseError:
-            return None
-        finally:
-            conn.close()
-        if len(rows) != 1:
-            return None
-        [(segment, applied)] = rows
-        if type(applied) is not int or hnsw_header(self.path / segment) is None:
-            return None
-        if last is not None and (type(last) is not int or last > applied):
-            return None
-        return (f"not loaded: the vector segment's files hold every queued write (persisted through seq_id"
-                f" {applied}, the queue's last {last})")
+        files are written then from buffers that hold whatever the process's heap held."""
+        col = self.collection()
+        if col.count():
+            col.get(limit=1, include=["embeddings"])
+        return self._zero_hnsw_tails()
 
     def _zero_hnsw_tails(self) -> dict[str, int]:
         """hnswlib allocates room for max_elements and Chroma may persist the whole buffer; the slots
