@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -183,8 +184,48 @@ def case(size: int, tmp: Path) -> dict:
     return out
 
 
+GRAPH_ROWS, GRAPH_MEMORY = 20_000, "16MB"
+
+
+def graph(tmp: Path) -> dict:
+    """Bytes an HNSW build's graph takes in memory per dim-384 row, from pgvector's notice of the row at which
+    the graph of ``GRAPH_ROWS`` rows outgrew ``GRAPH_MEMORY``, against the built index's bytes per row on disk
+    (what ``graph_memory`` in the adapter sizes the reclaim's memory from)."""
+    import psycopg
+
+    from tombstone_adapters.pgvector import embedded_dsn
+    from tombstone_adapters.pgvector.server import stop_embedded
+
+    data, notices = tmp / "graph" / "data", []
+    try:
+        with psycopg.connect(embedded_dsn(data), autocommit=True) as conn:
+            conn.add_notice_handler(lambda n: notices.append(n.message_primary or ""))
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            conn.execute(f"CREATE TABLE g (id bigint PRIMARY KEY, e vector({DIM}))")
+            with conn.cursor() as cur, cur.copy("COPY g (id, e) FROM STDIN") as copy:
+                for i, v in enumerate(_vectors(GRAPH_ROWS, 7)):
+                    copy.write_row((i, "[" + ",".join(f"{x:.7g}" for x in v) + "]"))
+            conn.execute(f"SET maintenance_work_mem = '{GRAPH_MEMORY}'")
+            conn.execute("CREATE INDEX g_hnsw ON g USING hnsw (e vector_cosine_ops)")
+            index = conn.execute("SELECT pg_relation_size('g_hnsw')").fetchone()[0]
+            memory = conn.execute("SELECT setting::bigint * 1024 FROM pg_settings"
+                                  " WHERE name = 'maintenance_work_mem'").fetchone()[0]
+    finally:
+        stop_embedded(data)
+    found = [int(m.group(1)) for n in notices if (m := re.search(r"no longer fits .* after (\d+) tuples", n))]
+    if not found:
+        raise RuntimeError(f"no notice that the graph outgrew {GRAPH_MEMORY}: {notices}")
+    return {"rows": GRAPH_ROWS, "memory": GRAPH_MEMORY, "fit_rows": found[0], "in_memory": memory / found[0],
+            "on_disk": index / GRAPH_ROWS}
+
+
 def run(tmp: Path, sizes=SIZES) -> dict:
     cases, failed = [], []
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "graph", str(tmp)], capture_output=True,
+                          text=True, check=False)
+    per_row = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    if per_row is None:
+        print(f"  pgvector graph per row: failed\n{proc.stderr[-3000:]}", file=sys.stderr, flush=True)
     for size in sizes:
         kept = CACHE / f"pg-{size}.json" if CACHE is not None else None
         if kept is not None and kept.is_file():  # measured by an earlier run, in processes of its own
@@ -211,11 +252,19 @@ def run(tmp: Path, sizes=SIZES) -> dict:
         print(f"  pgvector {size}: erase {cases[-1]['erase']:.2f} s", file=sys.stderr, flush=True)
     if not cases:
         raise RuntimeError(f"every case failed: {', '.join(failed)}")
-    return {"cases": cases, "failed": failed, "batch": BATCH}
+    return {"cases": cases, "failed": failed, "batch": BATCH, "graph": per_row}
 
 
 def _seconds(value: float | None) -> str:
     return "not run" if value is None else f"{value:.2f} s"
+
+
+def _graph_sentence(g: dict | None) -> str:
+    if not g:
+        return "the graph's memory per row was not measured in this run."
+    return (f"measured here, an index of {g['rows']:,} dim-384 rows built with {g['memory']} had its graph outgrow"
+            f" the memory after {g['fit_rows']:,} rows: about {g['in_memory']:,.0f} bytes a row in memory,"
+            f" {g['in_memory'] / g['on_disk']:.2f} times the built index's {g['on_disk']:,.0f} bytes a row on disk.")
 
 
 def section(result: dict) -> str:
@@ -301,9 +350,8 @@ def section(result: dict) -> str:
               " `CHECKPOINT` writes what the rewrite left in shared buffers.",
               "", "Memory decides the rebuild's pace. pgvector builds the graph in `maintenance_work_mem` and, once"
               " the graph outgrows it, goes on inserting row by row into the index on disk (its notice: \"hnsw graph"
-              " no longer fits into maintenance_work_mem after N tuples\"); measured here, the graph of dim-384 rows"
-              " takes about 2,250 bytes a row in memory, 1.1 times the index's 2,048 bytes a row on disk. At"
-              " 100,000 rows (a 195 MiB index) PostgreSQL's default of 64MB holds a third of the graph (the"
+              " no longer fits into maintenance_work_mem after N tuples\"); " + _graph_sentence(result.get("graph"))
+              + " At 100,000 rows (a 195 MiB index) PostgreSQL's default of 64MB holds a third of the graph (the"
               " rebuild's times with each memory are above). At 1,000,000 rows the graph is about 2.1 GB: 1GB"
               " would hold half of it (a rebuild with 1GB was not timed at that size). So on the embedded server the reclaim sets its session's"
               " `maintenance_work_mem` to 1GB or, where the table's largest HNSW index needs more, 1.25 bytes a byte"
@@ -318,7 +366,9 @@ def section(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] in ("build", "case"):
+    if len(sys.argv) == 3 and sys.argv[1] == "graph":
+        print(json.dumps(graph(Path(sys.argv[2]))))
+    elif len(sys.argv) == 4 and sys.argv[1] in ("build", "case"):
         step = build if sys.argv[1] == "build" else case
         print(json.dumps(step(int(sys.argv[2]), Path(sys.argv[3]))))
     else:
