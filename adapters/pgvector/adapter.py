@@ -51,9 +51,9 @@ PostgreSQL's default (64MB) builds the HNSW graph of 100,000 dim-384 rows in abo
 graph needs more gets more (``graph_memory``)."""
 
 GRAPH_PER_INDEX_BYTE = 1.25
-"""Memory an HNSW build's graph takes per byte of the built index, with room to spare: pgvector reported the
-graph of dim-384 rows full of 16MB after 7,456 rows (about 2,250 bytes a row), whose index took 2,048 bytes a
-row on disk (measured here, pgvector 0.8.2)."""
+"""Memory an HNSW build's graph takes per byte of the built index, with room to spare: pgvector 0.8.2 reports
+the graph of dim-384 rows full of 16MB after about 7,450 rows (some 2,250 bytes a row), whose index takes 2,048
+bytes a row on disk: 1.1 (RESULTS.md, "pgvector at scale", measured by ``benchmarks/pgvector_scale.py``)."""
 
 
 def graph_memory(index_bytes: int, *, least_mb: int = 1024, physical_bytes: int | None = None) -> tuple[int, bool]:
