@@ -38,7 +38,8 @@ from typing import Any
 from tombstone.capture.calls import embed
 from tombstone.capture.fragments import query_sha256
 from tombstone.faults import kill_point
-from tombstone.lineage.db import PROBE_READ_HOOKS, LineageDB
+from tombstone.lineage.db import LineageDB
+from tombstone.lineage.sql import PROBE_READ_HOOKS
 
 MODE_ENV = "TOMBSTONE_PROBE_CAPTURE"
 MODES = ("background", "inline")

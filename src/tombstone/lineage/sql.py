@@ -1,0 +1,51 @@
+"""Helpers the lineage db's parts share: ids grouped by store and sliced for ``IN (...)``, JSON text for
+stored details, and the hook run before probe vectors are read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import orjson
+
+PROBE_READ_HOOKS: list[Callable[[], object]] = []
+"""Called before probe vectors are read: ``tombstone.capture.deferred`` registers the wait for this process's
+queued probe vectors here (the lineage db knows nothing of capture)."""
+
+
+def by_store(keys: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """(store, id) pairs as each store's distinct ids."""
+    out: dict[str, list[str]] = {}
+    for store, artifact_id in keys:
+        out.setdefault(store, []).append(artifact_id)
+    return {store: list(dict.fromkeys(ids)) for store, ids in out.items()}
+
+
+def json_text(obj: Any) -> str:
+    """JSON text of a journal detail or snapshot record, keys sorted (orjson: a batch journals thousands of
+    artifacts' results per step; the standard encoder where orjson refuses a value, such as an integer past
+    64 bits). A NaN is written as null: a receipt refuses NaN anyway."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode("utf-8")
+    except TypeError:
+        return json.dumps(obj, sort_keys=True)
+
+
+def parts(values: list, size: int = 500) -> Iterator[list]:
+    """``values`` in slices of at most ``size``: the parameters of one ``IN (...)`` each."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def for_ids(conn: Any, sql: str, keys: Iterable[tuple[str, str]], head: tuple[Any, ...] = ()) -> None:
+    """Run ``sql`` once per store and slice of its ids, rather than once per (store, id) pair: its parameters
+    are ``head``, the store, then the slice's ids, which ``{ids}`` in ``sql`` stands for (``?, ?, ...``)."""
+    for store, ids in by_store(keys).items():
+        for part in parts(ids):
+            conn.execute(sql.format(ids=",".join("?" * len(part))), (*head, store, *part))
+
+
+def before_probe_reads() -> None:
+    for hook in PROBE_READ_HOOKS:
+        hook()
