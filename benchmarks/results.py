@@ -25,6 +25,7 @@ import faults
 import forensic_scan
 import lora_copies
 import model_unlearning
+import pgvector_probe
 import pgvector_residue
 import pgvector_scale
 import read_path
@@ -42,7 +43,7 @@ from common import header
 
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
-    docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, pgvector_scale, new_engines, crash_trials, batches,
+    docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, pgvector_scale, pgvector_probe, new_engines, crash_trials, batches,
     batch_scale, workers, caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, chroma_floor, forensic_scan, semantic, semantic_templated,
     semantic_batch, model_unlearning, lora_copies, faults, startup,
 )}

@@ -1,8 +1,8 @@
 """Adapter for pgvector: tombstoned column, DELETE + VACUUM FULL + ANALYZE, relation-file scan.
 
 The physical probe is the shared one (``tombstone.verify.physical``) over the table's relation files,
-which ``physical_snapshot`` copies through ``pg_read_binary_file`` (heap, TOAST, every index, every 1 GB
-segment) after a CHECKPOINT. Because a byte scan cannot see compressed values, ``physical_extra`` also
+which ``physical_streams`` reads in parts through ``pg_read_binary_file`` (heap, TOAST, every index, every
+1 GB segment) after a CHECKPOINT, scanning each part as it arrives (nothing is copied to disk). Because a byte scan cannot see compressed values, ``physical_extra`` also
 checks the planner statistics (``pg_stats``), which keep sample values of every column and survive
 VACUUM FULL until the next ANALYZE.
 """
@@ -13,11 +13,8 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +29,7 @@ from tombstone.storelock import STORE_LOCK_WAIT
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_count, probe_set
 from tombstone.verify.neighbourhood import Neighbours
+from tombstone.verify.scanner import Stream
 
 from .server import connect, dsn_from, hold_embedded, read_only_dsn, unhold_embedded
 from .store import BACKEND, TOMBSTONED, PgVectorStore, lock_table, unlock_table
@@ -332,13 +330,14 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         if chosen is not None:
             self.conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(chosen)))
         try:
-            in_bytes = self.conn.execute(  # the setting is in kB
-                "SELECT setting::bigint * 1024 FROM pg_settings WHERE name = 'maintenance_work_mem'").fetchone()[0]
+            in_bytes, shown = self.conn.execute(  # the setting is in kB; current_setting as SHOW writes it
+                "SELECT setting::bigint * 1024, current_setting('maintenance_work_mem') FROM pg_settings"
+                " WHERE name = 'maintenance_work_mem'").fetchone()
             if graph * GRAPH_PER_INDEX_BYTE > in_bytes:
                 steps.append(f"the HNSW graph (its index {graph / 2**20:.0f} MiB) may not fit in maintenance_work_mem"
-                             f" ({self.conn.execute('SHOW maintenance_work_mem').fetchone()[0]}): its rebuild runs far"
-                             " more slowly; the store option maintenance_work_mem raises it for the reclaim")
-            yield self.conn.execute("SHOW maintenance_work_mem").fetchone()[0]
+                             f" ({shown}): its rebuild runs far more slowly; the store option maintenance_work_mem"
+                             " raises it for the reclaim")
+            yield shown
         finally:
             if chosen is not None:
                 with contextlib.suppress(psycopg.Error):  # a connection lost meanwhile takes the setting with it
@@ -442,33 +441,38 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
             " ORDER BY c.relname", (oid, oid, oid, oid)).fetchall()
         return [(name, path) for name, path in rows if path]
 
-    def _copy_relations(self, target: Path) -> dict[Path, str]:
-        """Copy every segment of every relation file into ``target``; return local path → relation name."""
-        copied: dict[Path, str] = {}
+    def _relation_streams(self) -> Iterator[Stream]:
+        """Every segment of every relation file, as a stream of parts read through ``pg_read_binary_file``."""
         for name, path in self._relations():
             segment = 0
             while True:
                 remote = path if segment == 0 else f"{path}.{segment}"
-                local = target / f"{len(copied):04d}_{remote.replace('/', '_')}"
-                offset, wrote = 0, False
-                with open(local, "wb") as fh:
-                    while True:
-                        # in binary: the text form of a bytea is hex, twice the bytes to send and decode
-                        data = self.conn.execute("SELECT pg_read_binary_file(%s, %s, %s, true)",
-                                                 (remote, offset, _CHUNK), binary=True).fetchone()[0]
-                        if not data:
-                            break
-                        fh.write(data)
-                        wrote = True
-                        offset += len(data)
-                        if len(data) < _CHUNK:
-                            break
-                if not wrote:
-                    local.unlink()
+                first = self._read_part(remote, 0)
+                if not first:
                     break
-                copied[local] = f"{name} ({remote})"
+                yield Stream(f"{name} ({remote})", self._parts(remote, first))
                 segment += 1
-        return copied
+
+    def _parts(self, remote: str, first: bytes) -> Iterator[bytes]:
+        part, offset = first, 0
+        while part:
+            yield part
+            offset += len(part)
+            if len(part) < _CHUNK:
+                return
+            part = self._read_part(remote, offset)
+
+    def _read_part(self, remote: str, offset: int) -> bytes:
+        """Up to ``_CHUNK`` bytes of a relation file from ``offset`` (empty past its end, or for no such file)."""
+        try:
+            # in binary: the text form of a bytea is hex, twice the bytes to send and decode
+            data = self.conn.execute("SELECT pg_read_binary_file(%s, %s, %s, true)", (remote, offset, _CHUNK),
+                                     binary=True).fetchone()[0]
+        except psycopg.Error as exc:
+            if "permission denied" in str(exc):
+                raise PhysicalUnsupportedError(f"managed: pgvector: {exc}".strip(), store=self.store) from exc
+            raise
+        return bytes(data) if data else b""
 
     def _stats_values(self) -> dict[str, list[str]]:
         """Column → sample values the planner keeps (most common values and histogram bounds)."""
@@ -482,10 +486,14 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
             out.setdefault(column, []).append(value)
         return out
 
+    def physical_streams(self) -> contextlib.AbstractContextManager[Iterator[Stream]]:
+        """The table's relation files (heap, TOAST, every index, every 1 GB segment), read in parts through
+        ``pg_read_binary_file`` after a CHECKPOINT and scanned as the parts arrive: nothing is copied to disk,
+        and no more than a few parts are held at once, whatever the table's size."""
+        return self._streams()
+
     @contextlib.contextmanager
-    def physical_snapshot(self) -> Iterator[dict[Path, str]]:
-        """The table's relation files, copied through ``pg_read_binary_file`` after a CHECKPOINT into a
-        temporary folder that is removed afterwards; each labelled by relation name and server path."""
+    def _streams(self) -> Iterator[Iterator[Stream]]:
         role = self.role
         may_read = self.conn.execute("SELECT has_function_privilege(%s, 'EXECUTE')", (READ_FUNCTION,)).fetchone()[0]
         if not may_read:
@@ -499,17 +507,7 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
             raise PhysicalUnsupportedError(
                 f"managed: role {role} may not run CHECKPOINT, so relation files can lag the server's memory"
                 f" and their bytes prove nothing; ask the DBA for: GRANT pg_checkpoint TO {role};", store=self.store)
-        tmp = Path(tempfile.mkdtemp(prefix="tombstone-pg-"))
-        try:
-            try:
-                copied = self._copy_relations(tmp)
-            except psycopg.Error as exc:
-                if "permission denied" in str(exc):
-                    raise PhysicalUnsupportedError(f"managed: pgvector: {exc}".strip(), store=self.store) from exc
-                raise
-            yield copied
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        yield self._relation_streams()
 
     @classmethod
     def scan_deleted(cls, store: str, options: Mapping[str, Any]):

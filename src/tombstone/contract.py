@@ -19,7 +19,7 @@ import abc
 import contextlib
 import difflib
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -259,6 +259,13 @@ class Adapter(abc.ABC):
     def physical_snapshot(self) -> Iterator[dict[Path, str]]:
         """The files to scan, each with the label hits are reported under; valid inside the block."""
         yield {Path(path): Path(path).name for path in self.physical_files()}
+
+    def physical_streams(self) -> contextlib.AbstractContextManager[Iterable[Any]] | None:
+        """For a store whose bytes a server hands out (no file this process can open): a context manager
+        yielding ``tombstone.verify.scanner.Stream`` s, each a named sequence of byte parts, scanned as they
+        arrive instead of :meth:`physical_snapshot`'s files. None (the default): the snapshot's files are
+        scanned."""
+        return None
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:
         """Byte patterns whose presence means the artifact is still stored.

@@ -248,6 +248,51 @@ def test_plain_delete_control_heap_and_hnsw_then_reclaim(ptomb, admin):
         assert found_in(admin, table_of(ptomb), fingerprint_bytes(art.fingerprint)) == []
 
 
+
+def test_the_probe_scans_relation_files_in_parts_as_they_arrive_and_writes_nothing(ptomb, admin, monkeypatch):
+    """The relation files are read through SQL in parts and scanned as each arrives: with parts of 1000 bytes
+    (every 8 KB page cut in eight, ids and fingerprints cut across parts), each erased record is still found
+    where an independent read finds it after a plain DELETE (the control), and nothing is found after the
+    reclaim; no file or folder is created meanwhile, and every byte of every relation is read."""
+    import tempfile
+
+    from tombstone_adapters.pgvector import adapter as pg_adapter
+
+    mine = write(ptomb, admin, "alice", 3)
+    write(ptomb, admin, "bob", 30)
+    arts = [ptomb.lineage.artifact("pg", i) for i in mine]
+    adapter = ptomb.adapter("pg")
+    monkeypatch.setattr(pg_adapter, "_CHUNK", 1000)
+    reads = []
+    real_read = pg_adapter.PgVectorAdapter._read_part
+    monkeypatch.setattr(pg_adapter.PgVectorAdapter, "_read_part",
+                        lambda self, remote, offset: reads.append(offset) or real_read(self, remote, offset))
+
+    def no_files(*args, **kwargs):
+        raise AssertionError("the probe created a temporary file or folder")
+
+    adapter.native_delete(arts)
+    with monkeypatch.context() as m:
+        for name in ("mkdtemp", "mkstemp", "NamedTemporaryFile", "TemporaryDirectory"):
+            m.setattr(tempfile, name, no_files)
+        after = adapter.probe_physical(arts)
+    assert all(not r.passed and r.id_found and r.content_found for r in after.values())  # the control
+    for art in arts:
+        independent = found_in(admin, table_of(ptomb), art.artifact_id.encode())
+        assert independent and all(name in after[art.artifact_id].measurement for name in independent)
+    table = table_of(ptomb)
+    sizes = admin.execute(  # the heap, its TOAST table, and every index of either, read independently
+        "SELECT sum(pg_relation_size(c.oid)) FROM pg_class c WHERE c.oid = %s::regclass"
+        " OR c.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = %s::regclass)"
+        " OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN"
+        " (%s::regclass, (SELECT reltoastrelid FROM pg_class WHERE oid = %s::regclass)))",
+        (table, table, table, table)).fetchone()[0]
+    assert after[mine[0]].evidence["bytes_scanned"] == sizes
+    assert max(reads) > 8192 and all(offset % 1000 == 0 for offset in reads)  # many parts, none skipped
+    receipt, _ = ptomb.erase("alice")
+    assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("VERIFIED", "physical")}
+
+
 def test_statistics_keep_erased_ids_until_analyze(ptomb, admin):
     """Control: ANALYZE, DELETE, VACUUM FULL without a new ANALYZE — the bytes are gone from the files,
     but the planner statistics still hold the erased ids, and the SQL-level check must find them."""

@@ -48,6 +48,55 @@ def test_matches_naive_search_across_chunk_and_thread_boundaries(tmp_path, monke
     assert report.bytes_scanned == len(data)
 
 
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    bounds = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@pytest.mark.parametrize("engine", ["hyperscan", "aho-corasick"])
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(
+    streams=st.lists(st.tuples(st.binary(min_size=0, max_size=400), st.lists(st.integers(0, 400), max_size=12)),
+                     min_size=1, max_size=3),
+    patterns=st.lists(st.binary(min_size=1, max_size=9), min_size=1, max_size=5),
+    empties=st.booleans(),
+    window=st.integers(min_value=1, max_value=7),
+)
+def test_streams_match_naive_search_whatever_their_parts(monkeypatch, engine, streams, patterns, empties, window):
+    """A stream's bytes in parts of any size (one byte, empty, shorter than a pattern, a match across three
+    parts): every match found once, at its offset in the stream, as a naive search of the whole finds it."""
+    if engine == "aho-corasick":
+        monkeypatch.setitem(__import__("sys").modules, "hyperscan", None)
+    monkeypatch.setattr(scanner, "WINDOW", window)
+    keyed = {f"p{i}": p for i, p in enumerate(patterns)}
+    given_streams = []
+    for n, (data, cuts) in enumerate(streams):
+        parts = _split(data, cuts)
+        if empties:
+            parts = [b""] + [x for part in parts for x in (part, b"")]
+        given_streams.append(scanner.Stream(f"s{n}", iter(parts)))
+    report = scanner.scan_streams(given_streams, keyed)
+    assert report.files == [f"s{n}" for n in range(len(streams))]
+    assert report.bytes_scanned == sum(len(data) for data, _ in streams)
+    for key, pattern in keyed.items():
+        want = [(f"s{n}", at) for n, (data, _) in enumerate(streams) for at in naive(data, pattern)]
+        assert [(h.file, h.offset) for h in report.found(key)] == want, key
+
+
+def test_a_stream_that_fails_midway_raises_rather_than_reporting_absence():
+    """A part that cannot be read (the server went away) ends the scan with the error: the bytes after it were
+    never seen, so nothing may be reported clean."""
+    def parts():
+        yield b"abc" * 10
+        raise StoreUnavailableError("the server closed the connection")
+
+    with pytest.raises(StoreUnavailableError, match="closed the connection"):
+        scanner.scan_streams([scanner.Stream("s", parts())], {"p": b"zzz"})
+    found = scanner.scan_streams([scanner.Stream("s", iter([b"abcz", b"zzab"]))], {"p": b"zzz"})  # the control
+    assert [(h.file, h.offset) for h in found.found("p")] == [("s", 3)]
+
+
 def test_a_sparse_fingerprint_is_searched_by_its_nonzero_bytes_not_by_zeros(tmp_path):
     """A fingerprint of a sparse embedding is mostly zeros, and a reclaim in place leaves zeros where the
     erased vectors lay. Its searched window holds its nonzero bytes (nearest the middle), so the zeroed

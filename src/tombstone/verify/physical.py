@@ -9,8 +9,11 @@ content, so the remaining bytes are that survivor's).
 An adapter contributes through hooks on :class:`tombstone.contract.Adapter`:
 
 * ``physical_snapshot()`` — a context manager yielding ``{path: label}`` of every file holding the
-  store's bytes (by default ``physical_files()``, labelled by file name); a server-backed store copies
-  its relation files to a temporary folder here;
+  store's bytes (by default ``physical_files()``, labelled by file name);
+* ``physical_streams()`` (None by default) — for a store whose bytes a server hands out rather than files
+  this process can open, a context manager yielding :class:`tombstone.verify.scanner.Stream` s (each relation
+  file, read in parts through SQL and scanned as the parts arrive, nothing written to disk), used instead of
+  the snapshot;
 * ``physical_patterns(artifact)`` — the patterns; keys starting ``id`` are the artifact id in each form
   the store writes it, keys starting ``content`` its fingerprint in each encoding;
 * ``physical_extra(artifacts)`` — :class:`ExtraFinding` per artifact for what the scan cannot see;
@@ -295,17 +298,24 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, Outcom
         raise PhysicalUnsupportedError(STAGE.unsupported(adapter), store=adapter.store)
     per_artifact, patterns = _patterns(adapter, artifacts)
     own_root = getattr(adapter, "physical_root", None)
-    with adapter.physical_snapshot() as files:
-        labels = {str(path): label for path, label in files.items()}
-        directory = own_root() if own_root is not None else None
-        others: dict[str, str] = {}
-        skipped: list[str] = []
-        if directory is not None:
-            found, skipped = other_files(directory, files)
-            others = {str(path): os.path.relpath(path, directory) for path in found}
-            labels.update(others)
-        every = [*files, *map(Path, others)]
-        report = scan_files(every, patterns, root=store_root(every))
+    directory = None
+    others: dict[str, str] = {}
+    skipped: list[str] = []
+    streams = adapter.physical_streams()
+    if streams is not None:  # bytes a server hands out (no local files): scanned as they arrive
+        with streams as parts:
+            report = scanner.scan_streams(parts, patterns)
+        labels = {name: name for name in report.files}
+    else:
+        with adapter.physical_snapshot() as files:
+            labels = {str(path): label for path, label in files.items()}
+            directory = own_root() if own_root is not None else None
+            if directory is not None:
+                found, skipped = other_files(directory, files)
+                others = {str(path): os.path.relpath(path, directory) for path in found}
+                labels.update(others)
+            every = [*files, *map(Path, others)]
+            report = scan_files(every, patterns, root=store_root(every))
     extra = adapter.physical_extra(artifacts)
     read_others = sorted(others[f] for f in report.files if f in others)
     other_evidence: dict[str, Any] = {}

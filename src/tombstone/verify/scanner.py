@@ -407,4 +407,73 @@ def _scan_one(path, expected, matcher, overlap, pool, workers) -> tuple[int, lis
         return limit, [hit for part in parts for hit in part.result()]
 
 
-__all__ = ["Hit", "ScanReport", "scan_files", "scan_threads", "check_regular", "CHUNK_SIZE", "MAX_FILE_BYTES"]
+
+@dataclass(frozen=True)
+class Stream:
+    """Bytes to scan that are no local file, such as a relation file a database server hands out in parts
+    through SQL: ``name`` stands for it in the report (as a file's path does), ``chunks`` yields its bytes
+    in order, in parts of any size. Nothing of it is written to disk."""
+
+    name: str
+    chunks: Iterable[bytes]
+
+
+def scan_streams(streams: Iterable[Stream], patterns: Mapping[str, bytes]) -> ScanReport:
+    """:func:`scan_files` for :class:`Stream` s: each stream scanned once for all ``patterns`` as its parts
+    arrive, the next part read (on a thread of its own) while one is scanned. A match across two parts is
+    found in the seam between them (the last bytes of the one, the first of the next), once. An error raised
+    while a part is read (the stream could not be read whole) propagates: nothing is reported clean."""
+    report = ScanReport(hits={key: [] for key in patterns})
+    by_bytes = _by_bytes(patterns)
+    distinct = list(by_bytes)
+    if not distinct:
+        return report
+    matcher = _matcher(distinct)
+    overlap = max(len(p) for p in distinct) - 1
+    scratch = matcher.scratch()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tombstone-stream") as reader:
+        for stream in streams:
+            size, found = _scan_stream(_read_ahead(stream.chunks, reader), matcher, scratch, overlap)
+            for index, offset in sorted(found, key=lambda item: (item[1], item[0])):
+                for key in by_bytes[distinct[index]]:
+                    report.hits[key].append(Hit(stream.name, offset))
+            report.files.append(stream.name)
+            report.bytes_scanned += size
+    return report
+
+
+def _read_ahead(chunks: Iterable[bytes], reader: ThreadPoolExecutor) -> Iterable[bytes]:
+    """``chunks`` with the next one already being read (by ``reader``) while the caller scans this one."""
+    parts = iter(chunks)
+    pending = reader.submit(next, parts, None)
+    while True:
+        part = pending.result()
+        if part is None:
+            return
+        pending = reader.submit(next, parts, None)
+        yield part
+
+
+def _scan_stream(chunks: Iterable[bytes], matcher: _Matcher, scratch, overlap: int) -> tuple[int, list[tuple[int, int]]]:
+    """Matches in the concatenation of ``chunks`` as (pattern index, offset), and its length. Each part is
+    scanned where it lies (no copy); the seam (up to ``overlap`` bytes before a part and as many of its
+    first bytes) is scanned for the matches that start before the part and end in it."""
+    lengths = matcher.lengths
+    found: list[tuple[int, int]] = []
+    tail, base = b"", 0  # the last bytes before the part, and the part's offset in the stream
+    for part in chunks:
+        if not part:
+            continue
+        view = memoryview(part)
+        if tail:
+            seam = tail + bytes(view[:overlap])
+            found.extend((index, base - len(tail) + at) for index, at in matcher.find(memoryview(seam), scratch)
+                         if at < len(tail) < at + lengths[index])
+        found.extend((index, base + at) for index, at in matcher.find(view, scratch))
+        tail = (tail + bytes(view))[-overlap:] if len(view) < overlap else bytes(view[len(view) - overlap:])
+        base += len(view)
+    return base, found
+
+
+__all__ = ["Hit", "ScanReport", "Stream", "scan_files", "scan_streams", "scan_threads", "check_regular",
+           "CHUNK_SIZE", "MAX_FILE_BYTES"]
