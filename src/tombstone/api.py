@@ -357,9 +357,7 @@ class Tombstone:
         if not subjects:
             raise UnknownSubjectError("no subjects given")
         # each subject's lineage closure read once: for the preflight's stores, then for its saga's plan
-        keys = {subject: self.lineage.subject_key(subject) for subject in subjects}
-        scopes = self.lineage.closure_many(list(keys.values()))
-        closures = {subject: scopes[key] for subject, key in keys.items()}
+        closures = {subject: self.lineage.closure(self.lineage.subject_key(subject)) for subject in subjects}
         self.preflight({art.store for scope in closures.values() for art, _ in scope},
                        allow_missing=allow_missing_stores)
         sagas = []

@@ -236,16 +236,6 @@ def test_closure_reads_edges_in_bulk_and_reaches_what_one_edge_query_per_artifac
         assert len(queries) - bulk_queries == 2 * walked  # the reference: two edge queries per artifact walked
         assert bulk_queries < walked, (bulk_queries, walked)
         assert any(why != "owned" for _, why in got)  # the graph reaches past each subject's own artifacts
-    # all the subjects at once: each one's closure as read alone, its edges read for all of them together
-    keys = [db.subject_key(subject) for subject in sorted(set(owner.values()))]
-    queries.clear()
-    together = db.closure_many(keys + keys[:1])  # a key given twice is read once
-    bulk = len(queries)
-    queries.clear()
-    alone = {key: db.closure(key) for key in keys}
-    assert list(together) == keys and together == alone
-    assert bulk < len(queries), (bulk, len(queries))  # fewer edge queries than one closure after another
-    assert db.closure_many([]) == {} and db.closure_many([db.subject_key("nobody")]) == {db.subject_key("nobody"): []}
     # a subject whose chunks nothing was derived from (the common case): one query per store
     db.record_artifacts("plain", [ArtifactRecord(store, f"p{store}{i}", "docstore", "document")
                                   for store in ("s", "t") for i in range(30)])

@@ -23,7 +23,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -429,30 +429,13 @@ class LineageDB(ProbeRecords, DerivedRecords, SuppressionRecords, SagaRecords, I
         Derived artifacts are in scope whoever they were recorded for: a cache entry built from the
         subject's chunk holds the subject's data. Artifacts that merely share content are not reached.
         """
-        return self.closure_many([subject_key])[subject_key]
-
-    def closure_many(self, subject_keys: Sequence[str]) -> dict[str, list[tuple[ArtifactRecord, str]]]:
-        """:meth:`closure` of each subject key, keyed by it: the subjects' artifacts read in a few queries and
-        their edges in a few more, for a batch (a query per subject is most of a batch's planning)."""
-        keys = list(dict.fromkeys(subject_keys))
-        owned: dict[str, list[ArtifactRecord]] = {key: [] for key in keys}
-        for part in parts(keys):
-            for row in self._conn.execute(f"SELECT * FROM artifacts WHERE subject_key IN ({','.join('?' * len(part))})"
-                                          " ORDER BY store, artifact_id", tuple(part)):
-                owned[row["subject_key"]].append(self._artifact(row))
-        derived: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # each source's edges, in key order
-        self._edges_from([(a.store, a.artifact_id) for arts in owned.values() for a in arts], derived)
-        return {key: self._closed(arts, derived) for key, arts in owned.items()}
-
-    def _closed(self, owned: list[ArtifactRecord], derived: dict[tuple[str, str], list[tuple[str, str, str]]]
-                ) -> list[tuple[ArtifactRecord, str]]:
-        """``owned`` and what is derived from it, transitively; ``derived`` caches sources' edges (read here for
-        the sources it lacks, every source on the frontier at once)."""
+        owned = self.artifacts_for(subject_key)
         out: dict[tuple[str, str], tuple[ArtifactRecord, str]] = {(a.store, a.artifact_id): (a, "owned") for a in owned}
         frontier = list(out)
+        derived: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # each source's edges, in key order
         while frontier:
             store, aid = frontier.pop()
-            if (store, aid) not in derived:
+            if (store, aid) not in derived:  # read for every source on the frontier at once
                 self._edges_from([key for key in frontier if key not in derived] + [(store, aid)], derived)
             for dst_store, dst_id, relation in derived[(store, aid)]:
                 if (dst_store, dst_id) in out:
