@@ -338,13 +338,10 @@ def scan_files(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, b
     ``threads`` threads (default :func:`scan_threads`), each part overlapping the next by the longest
     pattern's length minus one; a match belongs to the part it starts in, so none is reported twice.
     """
-    report = ScanReport(hits={key: [] for key in patterns})
-    by_bytes = _by_bytes(patterns)
-    distinct = list(by_bytes)
-    if not distinct:
-        return report
-    matcher = _matcher(distinct)
-    overlap = max(len(p) for p in distinct) - 1
+    scan = _Pass(patterns)
+    if scan.matcher is None:
+        return scan.report
+    matcher, overlap = scan.matcher, scan.overlap
     real_root = os.path.realpath(root) if root is not None else None
     workers = threads or scan_threads()
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
@@ -358,15 +355,32 @@ def scan_files(files: Iterable[str | os.PathLike[str]], patterns: Mapping[str, b
                 size, found = _scan_one(checked[0], checked[1], matcher, overlap, pool, workers)
             except OSError as exc:
                 raise StoreUnavailableError(f"cannot read {path}: {exc.strerror or exc}") from exc
-            for index, offset in sorted(found, key=lambda item: (item[1], item[0])):
-                for key in by_bytes[distinct[index]]:
-                    report.hits[key].append(Hit(str(path), offset))
-            report.files.append(str(path))
-            report.bytes_scanned += size
+            scan.add(str(path), size, found)
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
-    return report
+    return scan.report
+
+
+class _Pass:
+    """One scan's patterns: the report it fills, their distinct bytes with the keys of each, and their
+    matcher (None when there are no patterns) with the overlap a match across two parts needs."""
+
+    def __init__(self, patterns: Mapping[str, bytes]) -> None:
+        self.report = ScanReport(hits={key: [] for key in patterns})
+        self.by_bytes = _by_bytes(patterns)
+        self.distinct = list(self.by_bytes)
+        self.matcher = _matcher(self.distinct) if self.distinct else None
+        self.overlap = max(len(p) for p in self.distinct) - 1 if self.distinct else 0
+
+    def add(self, name: str, size: int, found: list[tuple[int, int]]) -> None:
+        """What was found in one file or stream of ``size`` bytes, (pattern index, offset) each, under every
+        key of its pattern, in offset order."""
+        for index, offset in sorted(found, key=lambda item: (item[1], item[0])):
+            for key in self.by_bytes[self.distinct[index]]:
+                self.report.hits[key].append(Hit(name, offset))
+        self.report.files.append(name)
+        self.report.bytes_scanned += size
 
 
 def _scan_range(fd: int, start: int, end: int, limit: int, matcher: _Matcher, overlap: int) -> list[tuple[int, int]]:
@@ -423,23 +437,14 @@ def scan_streams(streams: Iterable[Stream], patterns: Mapping[str, bytes]) -> Sc
     arrive, the next part read (on a thread of its own) while one is scanned. A match across two parts is
     found in the seam between them (the last bytes of the one, the first of the next), once. An error raised
     while a part is read (the stream could not be read whole) propagates: nothing is reported clean."""
-    report = ScanReport(hits={key: [] for key in patterns})
-    by_bytes = _by_bytes(patterns)
-    distinct = list(by_bytes)
-    if not distinct:
-        return report
-    matcher = _matcher(distinct)
-    overlap = max(len(p) for p in distinct) - 1
-    scratch = matcher.scratch()
+    scan = _Pass(patterns)
+    if scan.matcher is None:
+        return scan.report
+    scratch = scan.matcher.scratch()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tombstone-stream") as reader:
         for stream in streams:
-            size, found = _scan_stream(_read_ahead(stream.chunks, reader), matcher, scratch, overlap)
-            for index, offset in sorted(found, key=lambda item: (item[1], item[0])):
-                for key in by_bytes[distinct[index]]:
-                    report.hits[key].append(Hit(stream.name, offset))
-            report.files.append(stream.name)
-            report.bytes_scanned += size
-    return report
+            scan.add(stream.name, *_scan_stream(_read_ahead(stream.chunks, reader), scan.matcher, scratch, scan.overlap))
+    return scan.report
 
 
 def _read_ahead(chunks: Iterable[bytes], reader: ThreadPoolExecutor) -> Iterable[bytes]:
