@@ -2,9 +2,9 @@
 
 The physical probe is the shared one (``tombstone.verify.physical``) over the table's relation files,
 which ``physical_streams`` reads in parts through ``pg_read_binary_file`` (heap, TOAST, every index, every
-1 GB segment) after a CHECKPOINT, scanning each part as it arrives (nothing is copied to disk). Because a byte scan cannot see compressed values, ``physical_extra`` also
-checks the planner statistics (``pg_stats``), which keep sample values of every column and survive
-VACUUM FULL until the next ANALYZE.
+1 GB segment) after a CHECKPOINT, scanning each part as it arrives (nothing is copied to disk). Because a
+byte scan cannot see compressed values, ``physical_extra`` also checks the planner statistics
+(``pg_stats``), which keep sample values of every column and survive VACUUM FULL until the next ANALYZE.
 """
 
 from __future__ import annotations
