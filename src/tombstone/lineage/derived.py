@@ -4,8 +4,21 @@ model trained on examples)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from tombstone.lineage.records import EXTERNAL_BACKEND, THIRD_PARTY_STORE, ArtifactRecord
+from tombstone.lineage.sql import by_store, parts
+
+
+def _owners(conn: Any, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The subject key owning each of the (store, id) pairs the lineage db knows."""
+    owners: dict[tuple[str, str], str] = {}
+    for store, ids in by_store(keys).items():
+        for part in parts(ids):
+            rows = conn.execute(f"SELECT artifact_id, subject_key FROM artifacts WHERE store = ?"
+                                f" AND artifact_id IN ({','.join('?' * len(part))})", (store, *part)).fetchall()
+            owners.update({(store, row[0]): row[1] for row in rows})
+    return owners
 
 
 class DerivedRecords:
@@ -32,24 +45,17 @@ class DerivedRecords:
         trained on them, an export): as :meth:`record_third_party`, each copy recorded for the subject that
         owns its source. Sources the lineage db does not know are skipped. Each copy can only ever be
         NEEDS_HUMAN."""
-        by_store: dict[str, list[str]] = {}
-        for store, aid in sources:
-            by_store.setdefault(store, []).append(aid)
+        sources = list(sources)
         now = self._now()
         sent_at = sent_at or now
         copies: list[ArtifactRecord] = []
         with self.atomic() as conn:
-            for store, ids in by_store.items():
-                ids = list(dict.fromkeys(ids))
-                for start in range(0, len(ids), 500):
-                    part = ids[start : start + 500]
-                    rows = conn.execute(
-                        f"SELECT artifact_id, subject_key FROM artifacts WHERE store = ?"
-                        f" AND artifact_id IN ({','.join('?' * len(part))})", (store, *part)).fetchall()
-                    owners = {row[0]: row[1] for row in rows}
+            owners = _owners(conn, sources)
+            for store, ids in by_store(sources).items():
+                for part in parts(ids):
                     batch = [(aid, ArtifactRecord(store=THIRD_PARTY_STORE, artifact_id=f"{recipient}:{store}/{aid}",
-                                                  backend=EXTERNAL_BACKEND, kind=kind, subject_key=owners[aid]))
-                             for aid in part if aid in owners]
+                                                  backend=EXTERNAL_BACKEND, kind=kind, subject_key=owners[(store, aid)]))
+                             for aid in part if (store, aid) in owners]
                     conn.executemany(
                         "INSERT INTO artifacts (store, artifact_id, backend, kind, subject_key, fingerprint,"
                         " content_hash, created_at, state, inv_norm) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, 'live', NULL)"
@@ -85,18 +91,7 @@ class DerivedRecords:
         recorded: list[ArtifactRecord] = []
         replaced = 0
         with self.atomic() as conn:
-            owners: dict[tuple[str, str], str] = {}
-            by_store: dict[str, list[str]] = {}
-            for src_store, src_id, _ in derived:
-                by_store.setdefault(src_store, []).append(src_id)
-            for store, ids in by_store.items():
-                ids = list(dict.fromkeys(ids))
-                for start in range(0, len(ids), 500):
-                    part = ids[start : start + 500]
-                    rows = conn.execute(
-                        f"SELECT artifact_id, subject_key FROM artifacts WHERE store = ?"
-                        f" AND artifact_id IN ({','.join('?' * len(part))})", (store, *part)).fetchall()
-                    owners.update({(store, row[0]): row[1] for row in rows})
+            owners = _owners(conn, [(s, i) for s, i, _ in derived])
             batch = [(s, i, a, owners[(s, i)]) for s, i, a in derived if (s, i) in owners]
             conn.executemany(
                 "INSERT INTO artifacts (store, artifact_id, backend, kind, subject_key, fingerprint, content_hash,"

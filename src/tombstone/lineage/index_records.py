@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tombstone.lineage.sql import parts
+
 
 class IndexRecords:
     """A record manager's rows (mixed into :class:`tombstone.lineage.db.LineageDB`)."""
@@ -27,8 +29,7 @@ class IndexRecords:
     def index_exists(self, namespace: str, keys: Sequence[str]) -> list[bool]:
         found: set[str] = set()
         keys = list(keys)
-        for start in range(0, len(keys), 500):
-            part = keys[start : start + 500]
+        for part in parts(keys):
             rows = self._conn.execute(
                 f"SELECT record_key FROM index_records WHERE namespace = ?"
                 f" AND record_key IN ({','.join('?' * len(part))})", (namespace, *part)).fetchall()
@@ -59,8 +60,7 @@ class IndexRecords:
         """The group (source) of each key that has a record (None: recorded without one)."""
         out: dict[str, str | None] = {}
         keys = list(keys)
-        for start in range(0, len(keys), 500):
-            part = keys[start : start + 500]
+        for part in parts(keys):
             rows = self._conn.execute(
                 f"SELECT record_key, group_sealed FROM index_records WHERE namespace = ?"
                 f" AND record_key IN ({','.join('?' * len(part))})", (namespace, *part)).fetchall()
