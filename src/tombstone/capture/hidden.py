@@ -1,7 +1,9 @@
 """What a wrapper must not return: a store's suppressed ids that reclaim has not yet removed.
 
 Read from the lineage db — shared by every process of the deployment — and cached until the store's
-suppression generation changes, which costs one indexed single-row read per call. With nothing
+suppression generation changes, which costs one indexed single-row read per call, and on a SQLite lineage db
+not even that while no process has committed anything to it since the last call (its wal-index header is
+unchanged: :mod:`tombstone.lineage.walstamp`). With nothing
 suppressed the set is empty and a wrapper's query is the store's own call; otherwise the wrapper drops the
 hidden ids from the store's results and asks for as many more as it dropped (Chroma and FAISS first ask for
 ``k`` and search again only a query whose results held a hidden id; Qdrant asks for ``k + len(hidden)``),
@@ -42,20 +44,35 @@ class HiddenIds:
         self.store = store
         self._generation = -1
         self._ids: frozenset[str] = frozenset()
+        self._stamp: bytes | None = None
+        """The lineage db's commit stamp read before the generation was: while it is unchanged, nothing was
+        committed since, and the set stands without a read."""
 
     def current(self) -> frozenset[str]:
         lineage = self.lineage
         try:
+            stamp = _stamp(lineage)
+            if stamp is not None and stamp == self._stamp:
+                return self._ids
             generation = lineage.suppression_generation(self.store)
         except sqlite3.ProgrammingError:
             if getattr(lineage, "path", None) is None:
                 raise
             lineage = _this_threads(lineage)  # read from another thread than the one that opened the db
+            stamp = _stamp(lineage)
+            if stamp is not None and stamp == self._stamp:
+                return self._ids
             generation = lineage.suppression_generation(self.store)
         if generation != self._generation:
             self._ids = frozenset(lineage.hidden_ids(self.store))
             self._generation = generation
+        self._stamp = stamp
         return self._ids
+
+
+def _stamp(lineage: Any) -> bytes | None:
+    read = getattr(lineage, "commit_stamp", None)
+    return read() if read is not None else None
 
 
 class FixedHidden:

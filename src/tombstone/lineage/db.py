@@ -51,6 +51,7 @@ from tombstone.lineage.records import (
 from tombstone.lineage.sagas import SagaRecords
 from tombstone.lineage.sql import PROBE_READ_HOOKS, by_store, for_ids, parts
 from tombstone.lineage.suppressions import SuppressionRecords
+from tombstone.lineage.walstamp import WalStamp
 
 # Still importable from here while callers move to the modules above.
 __all__ = [
@@ -139,6 +140,7 @@ class LineageDB(ProbeRecords, DerivedRecords, SuppressionRecords, SagaRecords, I
                                        " 'tombstone init' to create one, or point lineage_db in the config at it")
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA journal_mode=WAL")
+            self._wal = WalStamp(self.path)
             # Purged probe rows must not linger in free pages, whatever SQLite's build default is.
             self._conn.execute("PRAGMA secure_delete=ON")
             self._conn.execute("PRAGMA foreign_keys=ON")
@@ -163,6 +165,7 @@ class LineageDB(ProbeRecords, DerivedRecords, SuppressionRecords, SagaRecords, I
         self.worker = ""
         """Who runs this process's steps, as journaled next to each step (set by ``tombstone worker``)."""
         self._depth = 0
+        self._wal: WalStamp | None = None
         self._holding: dict[str, int] = {}
         """Named locks (``_held``) this instance holds, with the thread holding each. Taken again inside its
         block by the same thread, a lock is not waited for."""
@@ -196,7 +199,17 @@ class LineageDB(ProbeRecords, DerivedRecords, SuppressionRecords, SagaRecords, I
             conn.close()
 
     def close(self) -> None:
+        if self._wal is not None:
+            self._wal.close()
         self._conn.close()
+
+    def commit_stamp(self) -> bytes | None:
+        """What changes with every commit to this db by any process (a SQLite db's wal-index header,
+        :mod:`tombstone.lineage.walstamp`), read without a transaction; None where that cannot be known (a
+        PostgreSQL db, no wal-index, a commit half written, a transaction of this connection's own open)."""
+        if self._wal is None or self._conn.in_transaction:
+            return None
+        return self._wal.read()
 
     def __enter__(self) -> "LineageDB":
         return self
