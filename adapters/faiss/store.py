@@ -57,6 +57,7 @@ commits a generation built from an older one.
 from __future__ import annotations
 
 import itertools
+import contextlib
 import json
 import math
 import mmap
@@ -1071,12 +1072,14 @@ class FaissStore:
                 if os.fstat(heads).st_size < row_bytes * (rows + 1):
                     return False
                 # mapped read-only (the rows are found in place, not copied); the writes below go through the fd
-                with mmap.mmap(heads, row_bytes * (rows + 1), prot=mmap.PROT_READ) as view:
-                    table = np.frombuffer(view, dtype="<i8").reshape(rows + 1, _HEAD_COLUMNS)[1:]
-                    hits = np.flatnonzero(np.isin(table[:, _LABEL], np.asarray(labels, np.int64))
-                                          & (table[:, _LINE_LEN] > 0))
-                    places = table[hits][:, [_ID_AT, _ID_LEN]].tolist()
-                    del table
+                view = mmap.mmap(heads, row_bytes * (rows + 1), prot=mmap.PROT_READ)
+                table = np.frombuffer(view, dtype="<i8").reshape(rows + 1, _HEAD_COLUMNS)[1:]
+                hits = np.flatnonzero(np.isin(table[:, _LABEL], np.asarray(labels, np.int64))
+                                      & (table[:, _LINE_LEN] > 0))
+                places = table[hits][:, [_ID_AT, _ID_LEN]].tolist()
+                del table
+                with contextlib.suppress(BufferError):  # an array on it still held elsewhere (a tracer's frame):
+                    view.close()  # then the mapping goes with the last of them
                 if not len(hits):
                     return True
                 ids = open_regular(self.dir / HEAD_IDS, self.dir, write=True, store=self.store)

@@ -97,6 +97,20 @@ def test_a_stream_that_fails_midway_raises_rather_than_reporting_absence():
     assert [(h.file, h.offset) for h in found.found("p")] == [("s", 3)]
 
 
+
+def test_a_stream_that_goes_on_past_the_bound_raises_rather_than_reading_forever(monkeypatch):
+    """A stream has the file scanner's bound: one that never ends (a relation file growing while it is read, a
+    server that keeps sending) stops at it, unreported as clean, and what was under the bound is not enough."""
+    import itertools
+
+    monkeypatch.setattr(scanner, "MAX_FILE_BYTES", 100)
+    endless = (b"x" * 30 for _ in itertools.count())
+    with pytest.raises(PhysicalUnsupportedError, match="past the scan bound"):
+        scanner.scan_streams([scanner.Stream("grows", endless)], {"p": b"zzz"})
+    # the control: a stream of exactly the bound is read whole, its match at the very end found
+    whole = scanner.scan_streams([scanner.Stream("s", iter([b"x" * 50, b"x" * 47 + b"zzz"]))], {"p": b"zzz"})
+    assert whole.bytes_scanned == 100 and [h.offset for h in whole.found("p")] == [97]
+
 def test_a_sparse_fingerprint_is_searched_by_its_nonzero_bytes_not_by_zeros(tmp_path):
     """A fingerprint of a sparse embedding is mostly zeros, and a reclaim in place leaves zeros where the
     erased vectors lay. Its searched window holds its nonzero bytes (nearest the middle), so the zeroed

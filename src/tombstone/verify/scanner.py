@@ -19,7 +19,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,8 +443,21 @@ def scan_streams(streams: Iterable[Stream], patterns: Mapping[str, bytes]) -> Sc
     scratch = scan.matcher.scratch()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tombstone-stream") as reader:
         for stream in streams:
-            scan.add(stream.name, *_scan_stream(_read_ahead(stream.chunks, reader), scan.matcher, scratch, scan.overlap))
+            scan.add(stream.name, *_scan_stream(_read_ahead(_bounded(stream), reader), scan.matcher, scratch,
+                                                scan.overlap))
     return scan.report
+
+
+def _bounded(stream: Stream) -> Iterator[bytes]:
+    """The stream's parts up to ``MAX_FILE_BYTES`` in all, as a file is read; a stream that goes on past it
+    (a file growing while it is read, a server that never says the end) raises: never reported clean."""
+    seen = 0
+    for part in stream.chunks:
+        seen += len(part)
+        if seen > MAX_FILE_BYTES:
+            raise PhysicalUnsupportedError(f"{stream.name} goes on past the scan bound ({MAX_FILE_BYTES} bytes):"
+                                           " not read to its end")
+        yield part
 
 
 def _read_ahead(chunks: Iterable[bytes], reader: ThreadPoolExecutor) -> Iterable[bytes]:
