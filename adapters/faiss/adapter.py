@@ -146,6 +146,8 @@ class FaissAdapter(FaissHooks, Adapter):
             return ids, lambda rows: [self._candidates(ids[r]) for r in rows]
 
         results = {}
+        store.refresh()
+        store.look_up(art.artifact_id for art in artifacts)  # one sorted search for all of them
         # the wrapper's full listing (get()'s ids), once for the batch: which of the artifacts it holds
         listed = {art.artifact_id for art in artifacts}.intersection(store.ids())
         # and its read by id, once for all of them (what it returns for a list is what it returns for each)

@@ -66,7 +66,7 @@ import os
 import secrets
 import weakref
 import zlib
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -445,13 +445,38 @@ class IdLabels(MutableMapping):
         row = self._found[key] = self._find(key)
         return row
 
-    def _find(self, key: str) -> int | None:
-        """The loaded row holding ``key`` (removed or not), or None."""
+    def _by_crc(self) -> tuple[np.ndarray, np.ndarray]:
         if self._sorted is None:
             crcs = self._crcs.astype(np.uint32)  # CRC-32s: 32 bits, which sort several times faster than 64
             order = np.argsort(crcs)
             self._sorted = (order, crcs[order])
-        order, crcs = self._sorted
+        return self._sorted
+
+    def look_up(self, keys: Iterable[str]) -> None:
+        """Find the loaded rows of many ids with one sorted search for all of them, for the lookups that follow
+        (an erasure asks for each of its ids several times, a batch for thousands). Counted as no lookup: a
+        bulk search makes no dict."""
+        if self._dict is not None:
+            return
+        found = self._found
+        todo = [k for k in dict.fromkeys(keys) if isinstance(k, str) and k not in found]
+        if len(todo) < 8:
+            return
+        order, crcs = self._by_crc()
+        if not len(crcs):
+            found.update(dict.fromkeys(todo))
+            return
+        wanted = np.fromiter((_crc(k) for k in todo), np.uint32, len(todo))
+        at = np.minimum(crcs.searchsorted(wanted), len(crcs) - 1)
+        rows = np.where(crcs[at] == wanted, order[at], -1).tolist()
+        ids = self._ids
+        for key, row in zip(todo, rows):
+            # the first row with the CRC holds another id only where two ids share a CRC: searched in full
+            found[key] = None if row < 0 else row if ids[row] == key else self._find(key)
+
+    def _find(self, key: str) -> int | None:
+        """The loaded row holding ``key`` (removed or not), or None."""
+        order, crcs = self._by_crc()
         crc = _crc(key)
         at = int(crcs.searchsorted(np.uint32(crc)))  # the same dtype: no copy of the array per call
         while at < len(crcs) and crcs[at] == crc:
@@ -546,7 +571,8 @@ class IdLabels(MutableMapping):
         """Which loaded rows are still in the mapping (not removed or set again)."""
         shown = np.ones(len(self._ids), bool)
         if self._removed:
-            rows = [self._find(key) for key in self._removed]
+            found = self._found
+            rows = [found[key] if key in found else self._find(key) for key in self._removed]
             shown[[row for row in rows if row is not None]] = False
         return shown
 
@@ -836,6 +862,12 @@ class FaissStore:
         self._lines, self._new, self._dead = lines, [], dict(to_blank)
         self._rewrite_records = not os.path.lexists(self._state_file(generation))
         self._views = None
+
+    def look_up(self, ids: Iterable[str]) -> None:
+        """Find many ids' labels at once, for the lookups by id that follow (``IdLabels.look_up``)."""
+        labels = self.side.get("labels") if isinstance(self.side, Mapping) else None
+        if isinstance(labels, IdLabels):
+            labels.look_up(ids)
 
     def refresh(self) -> None:
         """Reload if another process (or the adapter) committed a newer generation. One writer at a time.
@@ -1295,6 +1327,7 @@ class FaissStore:
 
     def _exclude(self, ids: Sequence[str]) -> int:
         self.refresh()
+        self.look_up(ids)
         labels = {self.side["labels"][i] for i in ids if i in self.side["labels"]}
         new = labels - self._excluded()
         if new:
@@ -1328,6 +1361,7 @@ class FaissStore:
     def _zero_in_place(self, erase: Sequence[str]) -> dict[str, Any]:
         self.refresh()
         self._blank(sorted(self._dead))  # lines the current generation dropped and a crash left unblanked
+        self.look_up(erase)
         erase_set = {i for i in erase if i in self.side["labels"]}
         labels = {self.side["labels"][i] for i in erase_set}
         storage = faiss.downcast_index(self.hnsw.storage)

@@ -880,7 +880,8 @@ def test_the_id_to_label_map_read_from_the_heads_acts_as_a_dict(colliding, monke
     """The id -> label map a store opens with (ids, labels and CRCs as the heads files give them, no dict of
     every id) answers every mapping operation as a dict with the same history does: lookups, sets, deletes,
     iteration, length, the label array and the filtered listing, before and after it makes its dict. With
-    every CRC equal (each lookup meets only collisions) the ids themselves decide."""
+    every CRC equal (each lookup meets only collisions) the ids themselves decide; so do they where many ids are
+    found at once (``look_up``)."""
     import random
     import zlib as _zlib
 
@@ -900,8 +901,12 @@ def test_the_id_to_label_map_read_from_the_heads_acts_as_a_dict(colliding, monke
             monkeypatch.setattr(store_module, "_LOOKUPS_BEFORE_DICT", 0)
             mapping["trigger"] = twin["trigger"] = 1
         key = rng.choice(ids + [f"new-{k}" for k in range(20)])
-        op = rng.randrange(4)
-        if op == 0:
+        op = rng.randrange(5)
+        if op == 4:  # many found at once, by one sorted search: each then answers as the dict does
+            some = rng.sample(ids + [f"new-{k}" for k in range(20)], 30)
+            mapping.look_up(some)
+            assert [mapping.get(k) for k in some] == [twin.get(k) for k in some]
+        elif op == 0:
             assert mapping.get(key) == twin.get(key) and (key in mapping) == (key in twin)
         elif op == 1:
             mapping[key] = twin[key] = step

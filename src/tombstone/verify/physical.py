@@ -76,7 +76,10 @@ def fingerprint_scannable(artifact: ArtifactRecord) -> bool:
     pattern out can only lose a RESIDUAL that the id would still catch.
     """
     fp = artifact.fingerprint
-    return fp is not None and sum(1 for x in fp if x != 0.0) >= MIN_NONZERO_FINGERPRINT_DIMS
+    if fp is None:
+        return False
+    zeros = fp.count(0.0) if isinstance(fp, (tuple, list)) else sum(1 for x in fp if x == 0.0)
+    return len(fp) - zeros >= MIN_NONZERO_FINGERPRINT_DIMS
 
 
 def default_patterns(artifact: ArtifactRecord) -> dict[str, bytes]:
@@ -323,30 +326,38 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, Outcom
         other_evidence["other_files_scanned"] = _capped(read_others)
         if skipped:
             other_evidence["not_scanned"] = _capped(skipped)
+    # What every artifact's evidence shares is made once (one list, not one per artifact of a batch).
+    scanned = {"files_scanned": sorted(labels[f] for f in report.files if f not in others),
+               "bytes_scanned": report.bytes_scanned}
+    hits = report.hits
+    no_extra = ExtraFinding()
     results = {}
     for art in artifacts:
-        kinds = per_artifact[art.artifact_id]
-        id_hits = [hit for kind in kinds if kind.startswith("id") for hit in report.found(f"{kind}\x00{art.artifact_id}")]
-        content_hits = [hit for kind in kinds if kind.startswith("content")
-                        for hit in report.found(f"{kind}\x00{art.artifact_id}")]
-        more = extra.get(art.artifact_id, ExtraFinding())
+        aid = art.artifact_id
+        kinds = per_artifact[aid]
+        id_hits: list = []
+        content_hits: list = []
+        for kind in kinds:
+            found_here = hits.get(f"{kind}\x00{aid}")
+            if found_here:
+                (id_hits if kind.startswith("id") else content_hits if kind.startswith("content") else []).extend(found_here)
+        more = extra.get(aid, no_extra)
         found = []
         if id_hits:
             found.append(f"id found {len(id_hits)}x in {_where(id_hits, labels, others)}")
         if content_hits:
             found.append(f"content found {len(content_hits)}x in {_where(content_hits, labels, others)}")
         found += more.found
+        every = id_hits + content_hits
+        stray = [h for h in every if h.file in others] if every and others else []
         evidence = {
-            "files_scanned": sorted(labels[f] for f in report.files if f not in others),
-            "bytes_scanned": report.bytes_scanned,
+            **scanned,
             "patterns": sorted(kinds),
             "id_hits": len(id_hits),
             "content_hits": len(content_hits),
-            "store_file_hits": sum(1 for h in id_hits + content_hits if h.file not in others),
+            "store_file_hits": len(every) - len(stray),
             **other_evidence,
-            **({"found_in_other_files": sorted({others[h.file] for h in id_hits + content_hits
-                                                 if h.file in others})}
-               if any(h.file in others for h in id_hits + content_hits) else {}),
+            **({"found_in_other_files": sorted({others[h.file] for h in stray})} if stray else {}),
             **more.evidence,
         }
         if not found and more.unchecked:
