@@ -144,7 +144,8 @@ def test_a_batch_killed_after_writing_every_receipt_seals_none_and_resume_seals_
 
 def test_a_receipt_that_cannot_be_written_mid_batch_seals_those_before_it(tmp_path, monkeypatch):
     """Writing the second of three receipts fails: the first is sealed, the other two sagas stay running
-    with nothing of theirs in the chain, and resume finishes them on the same chain."""
+    with nothing of theirs in the chain (the third's file not even written), and resume finishes them on the
+    same chain."""
     import errno
 
     from tombstone.errors import SagaError
@@ -154,7 +155,10 @@ def test_a_receipt_that_cannot_be_written_mid_batch_seals_those_before_it(tmp_pa
     assert run("demo", "--workdir", str(root), "--backends", "docstore", "--subjects", "3", "--erase", "none").exit_code == 0
     real = engine.write_atomic
 
+    attempted = []
+
     def full_disk(path, data):
+        attempted.append(path.name)
         if path.name.startswith("user-0002"):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, data)
@@ -170,6 +174,9 @@ def test_a_receipt_that_cannot_be_written_mid_batch_seals_those_before_it(tmp_pa
         head = tomb.lineage.chain_head()
         assert head is not None and head[0] == 1
         assert len(tomb.lineage.sagas("running")) == 2
+        # written in chain order (on a thread of their own), none after the one that failed
+        assert attempted == ["user-0001.json", "user-0002.json"]
+        assert not (root / "receipts" / "user-0003.json").exists()
     monkeypatch.setattr(engine, "write_atomic", real)
     config = str(root / "tombstone.toml")
     assert run("resume", "--config", config).exit_code == 0

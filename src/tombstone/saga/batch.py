@@ -4,8 +4,10 @@ its receipts in chain order (``Saga.run`` is a batch of one)."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,12 +38,15 @@ def seal_receipts(items: Sequence[tuple[Saga, dict[str, list[ArtifactRecord]]]])
 
     Each receipt is signed on the one before it and its file written; then the chain rows, with the purge of
     what the lineage db kept of the erased content, go in one transaction (one write-ahead-log checkpoint for
-    the batch). If a receipt cannot be built or written, those delivered before it are sealed and the error
-    raised: the rest stay running, for resume."""
+    the batch). In a batch the files are written in chain order on a thread of their own while the next
+    receipts are signed (a file's fsync waits on the disk, not on this process). If a receipt cannot be built
+    or written, those delivered before it are sealed and the error raised: the rest stay running, for resume
+    (no file after a failed one is written)."""
     if not items:
         return []
     lineage = items[0][0].lineage
-    receipts, rows = [], []
+    delivered: list[tuple[Saga, dict[str, Any], tuple, Future]] = []
+    failed = threading.Event()
     # The chain has one head at a time: other sagas (other processes, other workers) wait here rather than
     # sign a receipt on a head that moves under them.
     # The receipt-names lock, which each saga takes to confirm its file, is taken once here for the batch.
@@ -49,19 +54,80 @@ def seal_receipts(items: Sequence[tuple[Saga, dict[str, list[ArtifactRecord]]]])
         head = lineage.chain_head()
         try:
             key = items[0][0].ctx.signer()  # read from its file once for the batch
-            for saga, groups in items:
-                receipt, row = saga._delivered_receipt(groups, head, key)
-                receipts.append(receipt)
-                rows.append(row)
-                head = (head[0] + 1 if head else 1, receipt["receipt_hash"])
+            with _writer(len(items)) as writer:
+                for saga, groups in items:
+                    if failed.is_set():
+                        break
+                    receipt, row, write = saga._signed_receipt(groups, head, key)
+                    delivered.append((saga, receipt, row, writer.submit(_unless(failed, write))))
+                    head = (head[0] + 1 if head else 1, receipt["receipt_hash"])
+                    if len(delivered) > WRITES_AHEAD:
+                        wait_for(delivered[-WRITES_AHEAD - 1][3])  # no more than a few files' bytes held
         finally:
             # Sealing a receipt and purging what the lineage db kept of the erased content are one transaction:
             # a crash before it leaves both for resume (which needs the fingerprints to seal patterns again).
-            if rows:
-                lineage.append_receipts(rows)
-                for saga, _ in items[: len(rows)]:
+            # Every file was written (or failed) by now: the writer has ended.
+            sealed = []
+            for saga, receipt, row, written in delivered:
+                if written.exception() is not None:
+                    break
+                sealed.append((saga, receipt, row))
+            if sealed:
+                lineage.append_receipts([row for _, _, row in sealed])
+                for saga, _, _ in sealed:
                     saga._sealed()
-    return receipts
+    for _, _, _, written in delivered[len(sealed):]:
+        if written.exception() is not None and not isinstance(written.exception(), _NotWritten):
+            raise written.exception()
+    return [receipt for _, receipt, _ in sealed]
+
+
+WRITES_AHEAD = 2
+"""How many signed receipts may wait for their file to be written while the next is signed."""
+
+
+class _NotWritten(Exception):
+    """A receipt file left unwritten because one before it could not be written."""
+
+
+def _unless(failed: threading.Event, write: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        if failed.is_set():
+            raise _NotWritten
+        try:
+            write()
+        except BaseException:
+            failed.set()
+            raise
+    return run
+
+
+def wait_for(future: Future) -> None:
+    with contextlib.suppress(BaseException):
+        future.result()
+
+
+class _Inline:
+    """An executor that runs what it is given at once (one receipt: no thread to start)."""
+
+    def submit(self, fn: Callable[[], None]) -> Future:
+        done: Future = Future()
+        try:
+            fn()
+        except BaseException as exc:  # handed to the caller through the future, as a thread's would be
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+        return done
+
+
+@contextlib.contextmanager
+def _writer(count: int):
+    if count < 2:
+        yield _Inline()
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tombstone-receipts") as pool:
+        yield pool
 
 
 def run_step(sagas: Sequence[Saga], step: str, target: str, action: Callable[[list[Saga]], dict[str, Any]]) -> None:

@@ -536,11 +536,11 @@ class Saga:
     def _receipt(self, groups: dict[str, list[ArtifactRecord]]) -> dict[str, Any]:
         return seal_receipts([(self, groups)])[0]
 
-    def _delivered_receipt(self, groups: dict[str, list[ArtifactRecord]], head: tuple[int, str] | None,
-                           key: Any = None) -> tuple[dict[str, Any], tuple]:
-        """Build and sign this saga's receipt on ``head`` with ``key`` (the context's signer when None) and
-        write its file; returns it with its chain row (sealed by the caller, after every file of the batch is
-        written)."""
+    def _signed_receipt(self, groups: dict[str, list[ArtifactRecord]], head: tuple[int, str] | None,
+                        key: Any = None) -> tuple[dict[str, Any], tuple, Callable[[], None]]:
+        """Build and sign this saga's receipt on ``head`` with ``key`` (the context's signer when None) and choose
+        its file; returns it with its chain row (sealed by the caller, after every file of the batch is written)
+        and what writes the file (which the caller runs, on a thread of its own in a batch, before the row)."""
         saga = self.lineage.saga(self.saga_id)
         entries = []
         for store, arts in groups.items():
@@ -569,22 +569,25 @@ class Saga:
                             backup_recheck=plan.get("backup_recheck"))
         receipt, data = signed(body, key if key is not None else self.ctx.signer())
         out = self._destination()
-        # The file is written before the chain row: if the process dies in between, the saga is
-        # still running and resume signs and rewrites the same file; the chain never names a
-        # receipt that was not delivered.
-        kill_point("saga:receipt:before-file")
-        try:
-            write_atomic(out, pretty(receipt, finite=True))  # its canonical bytes (above) refuse NaN
-        except OSError as exc:
-            raise SagaError(
-                f"cannot write receipt to {out}: {exc.strerror or exc}; the saga is kept, run 'tombstone resume'"
-            ) from exc
-        self.receipt_path = out
-        kill_point("saga:receipt:before-chain")
+        text = pretty(receipt, finite=True)  # its canonical bytes (above) refuse NaN
+
+        def write() -> None:
+            # The file is written before the chain row: if the process dies in between, the saga is
+            # still running and resume signs and rewrites the same file; the chain never names a
+            # receipt that was not delivered.
+            kill_point("saga:receipt:before-file")
+            try:
+                write_atomic(out, text)
+            except OSError as exc:
+                raise SagaError(f"cannot write receipt to {out}: {exc.strerror or exc}; the saga is kept, run"
+                                " 'tombstone resume'") from exc
+            self.receipt_path = out
+            kill_point("saga:receipt:before-chain")
+
         row = (self.saga_id, self.lineage.subject_key(self.subject), receipt["receipt_hash"],
                body["previous_receipt_hash"], data,
                [art for store, arts in groups.items() if store not in self.retained for art in arts])
-        return receipt, row
+        return receipt, row, write
 
     def _sealed(self) -> None:
         """After the chain row: a receipt file of this saga's from before the caller moved it goes."""
