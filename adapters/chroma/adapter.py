@@ -15,14 +15,15 @@ import numpy as np
 
 from tombstone.faults import kill_point
 from tombstone.fsutil import Snapshot
-from tombstone.capture.vector import normalised_fingerprint
+from tombstone.capture.vector import normalised_fingerprint_bytes
 from tombstone import holders
 from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult, writable_files
 from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
 from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
 from tombstone.sqlite_pages import where_found, zero_all_free_space
 from tombstone.verify.levels import Level
-from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_set
+from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_count, probe_set
+from tombstone.verify.physical import keyed_patterns
 from tombstone.verify.scanner import check_regular
 
 from . import fulltext, inplace
@@ -271,8 +272,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         # bytes (a document's text with nothing else of the record beside it) can be in any page's free space:
         # every page's free space was zeroed (_reclaim_in_place). What a scan still finds lies elsewhere (a
         # live cell, an HNSW file): a VACUUM of chroma.sqlite3, and only if that is not enough, the collection.
-        patterns = {f"{kind}\x00{art.artifact_id}": pattern for art in artifacts
-                    for kind, pattern in self.physical_patterns(art).items()}
+        patterns = keyed_patterns(self, artifacts)  # the physical probe's, made once for both
         try:
             found = where_found(self.physical_files(), patterns, root=self.path)
         except PhysicalUnsupportedError:
@@ -476,9 +476,9 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
             where = {id_key: {"$in": ids[start : start + _PAGE]}}
             for name, source in (("raw", col), ("wrapper", view)):
                 keyed[name] |= {m.get(id_key) for m in source.get(where=where, include=["metadatas"])["metadatas"] if m}
-        queries = {art.artifact_id: [(label, fit_dim(v, dim)) for label, v in
-                                     probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)]
-                   if dim else [] for art in artifacts}
+        # how many probe vectors each artifact has, counted without reading them (only those searched are read)
+        counts = {art.artifact_id: probe_count(art.fingerprint, probe_vectors, art.artifact_id) if dim else 0
+                  for art in artifacts}
         # The wrapper's query is the collection's same call, filtered on the flag and over-fetched past the
         # flagged ids: with none flagged (the store's lock is held, so none will be) it returns a subset of
         # the raw query's results, and is asked only the queries whose raw results held the artifact.
@@ -488,8 +488,10 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         # search: its probe vectors are not searched. The map is read (whole) only for a large batch; for a few
         # artifacts it is used only when this process's reclaim left it without them (no read: the searches
         # would load the whole HNSW index instead).
-        named = self._named(ids, read_map=sum(len(q) for q in queries.values()) > _SEARCH_ALL_UP_TO)
-        searched = [(aid, q) for aid, q in queries.items() if named is None or aid in named]
+        named = self._named(ids, read_map=sum(counts.values()) > _SEARCH_ALL_UP_TO)
+        searched = [(art.artifact_id, [(label, fit_dim(v, dim)) for label, v in
+                                       probe_set(art.fingerprint, probe_vectors.get(art.artifact_id, []), dim)])
+                    for art in artifacts if counts[art.artifact_id] and (named is None or art.artifact_id in named)]
         nearest = nearest_paths_many(searched, searchers, min(TOP_K, count),
                                      within={"wrapper": "raw"} if nothing_flagged else None)
         results = {}
@@ -506,8 +508,8 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
             paths.update(nearest.get(aid, {}))
             returned = sorted(p for p, hit in paths.items() if hit)
             evidence = {"paths": sorted(paths), "returned_by": returned,
-                        "probe_vectors": len(queries[aid]), "collection_count": count}
-            if named is not None and aid not in named and queries[aid]:
+                        "probe_vectors": counts[aid], "collection_count": count}
+            if named is not None and aid not in named and counts[aid]:
                 evidence["nearest_neighbours"] = (
                     "not searched: a search names its results through the vector segment's id map, and neither"
                     " that map, nor the metadata segment, nor a queued write of the collection names this id")
@@ -615,7 +617,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
             cosine = self._space() == "cosine"
         if self.fingerprint_scannable(artifact) and artifact.inv_norm is not None and cosine:
             # hnswlib's cosine space stores v / |v|: the raw bytes alone would miss the index copy.
-            patterns["content_normalised"] = fingerprint_bytes(normalised_fingerprint(artifact.fingerprint, artifact.inv_norm))
+            patterns["content_normalised"] = normalised_fingerprint_bytes(artifact.fingerprint, artifact.inv_norm)
         return patterns
 
     @classmethod

@@ -29,8 +29,16 @@ def hnsw_inv_norm(vector: np.ndarray) -> float:
 
 def normalised_fingerprint(fingerprint: Sequence[float], inv_norm: float) -> tuple[float, ...]:
     """The fingerprint as a cosine-space HNSW index stores it (bit-exact with hnswlib)."""
-    fp = np.asarray(fingerprint, dtype=np.float32)
-    return tuple(float(x) for x in (fp * np.float32(inv_norm)).astype(np.float32))
+    return tuple(_normalised(fingerprint, inv_norm).tolist())
+
+
+def normalised_fingerprint_bytes(fingerprint: Sequence[float], inv_norm: float) -> bytes:
+    """:func:`normalised_fingerprint` as the float32 little-endian bytes the index holds."""
+    return _normalised(fingerprint, inv_norm).astype("<f4", copy=False).tobytes()
+
+
+def _normalised(fingerprint: Sequence[float], inv_norm: float) -> np.ndarray:
+    return (np.asarray(fingerprint, dtype=np.float32) * np.float32(inv_norm)).astype(np.float32, copy=False)
 
 
 def content_hash(document: str | None, vector: np.ndarray) -> str:

@@ -246,6 +246,13 @@ def _patterns(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> tuple[dict[s
     return per_artifact, patterns
 
 
+def keyed_patterns(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, bytes]:
+    """Every pattern of ``artifacts``, keyed ``"<kind>\\x00<artifact id>"`` as the probe scans for them: for an
+    adapter's reclaim that scans its files for what is left, computed once with the probe's (the same records
+    inside a batch's :func:`prepared` block give the same patterns)."""
+    return _patterns(adapter, artifacts)[1]
+
+
 KEEP = 8
 """How many adapters' patterns a thread keeps at once (as many as the scanner keeps matchers)."""
 _last = threading.local()
