@@ -521,14 +521,15 @@ class Saga:
                                         "probes": runner.probe_records(verdict.reported)}
             if art.artifact_id in incomplete:
                 decided[art.artifact_id]["probe_capture"] = INCOMPLETE_CAPTURE
-        self.lineage.set_state(probed, "decided")
-        # No query path returns these any more (the logical probe ran and passed): wrappers can stop
-        # filtering them. Anything else stays hidden, e.g. after a failed reclaim or a slow managed delete.
-        self.lineage.clear_suppressions([a for a in arts if verdicts.get(a.artifact_id) is not None
-                                         and verdicts[a.artifact_id].reported.get(Level.LOGICAL) is not None
-                                         and verdicts[a.artifact_id].reported[Level.LOGICAL].passed is True])
-        # Probe vectors are fragments' embeddings: kept only until they have served their purpose.
-        self.lineage.purge_probes(verified)
+        with self.lineage.atomic():  # one commit for the three
+            self.lineage.set_state(probed, "decided")
+            # No query path returns these any more (the logical probe ran and passed): wrappers can stop
+            # filtering them. Anything else stays hidden, e.g. after a failed reclaim or a slow managed delete.
+            self.lineage.clear_suppressions([a for a in arts if verdicts.get(a.artifact_id) is not None
+                                             and verdicts[a.artifact_id].reported.get(Level.LOGICAL) is not None
+                                             and verdicts[a.artifact_id].reported[Level.LOGICAL].passed is True])
+            # Probe vectors are fragments' embeddings: kept only until they have served their purpose.
+            self.lineage.purge_probes(verified)
         return {"artifacts": decided}
 
     # -- receipt ------------------------------------------------------------------------------
