@@ -377,3 +377,24 @@ def test_patterns_are_reused_only_for_the_very_same_records_and_forgotten_after_
         assert Stub.calls == 12
     assert physical._last.patterns is None, "nothing of the artifacts is kept past their verification"
     assert scanner.kept() == 0, "nor the matcher built for their patterns"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(min_size=0, max_size=160), st.lists(st.integers(min_value=0, max_value=159), max_size=40))
+def test_the_window_searched_has_the_fewest_zeros_nearest_the_middle(data, zeroed):
+    """The SIMD matcher's window of a long pattern, against the rule written out by brute force: the run of
+    WINDOW bytes with the most nonzero bytes, the one nearest the middle among equals (the first of two)."""
+    pattern = bytearray(data)
+    for at in zeroed:
+        if at < len(pattern):
+            pattern[at] = 0
+    pattern = bytes(pattern)
+    window = scanner.WINDOW
+    if len(pattern) <= window:
+        assert scanner._window_at(pattern) == 0
+        return
+    middle = (len(pattern) - window) // 2
+    starts = range(len(pattern) - window + 1)
+    most = max(sum(1 for b in pattern[s : s + window] if b) for s in starts)
+    best = [s for s in starts if sum(1 for b in pattern[s : s + window] if b) == most]
+    assert scanner._window_at(pattern) == min(best, key=lambda s: (abs(s - middle), s))

@@ -205,6 +205,8 @@ def _window_at(pattern: bytes) -> int:
     if len(pattern) <= WINDOW:
         return 0
     middle = (len(pattern) - WINDOW) // 2
+    if b"\x00" not in pattern[middle : middle + WINDOW]:  # no window has more nonzero bytes, none is nearer
+        return middle
     nonzero = np.concatenate(([0], np.cumsum(np.frombuffer(pattern, dtype=np.uint8) != 0)))
     counts = nonzero[WINDOW:] - nonzero[:-WINDOW]  # nonzero bytes in the window starting at each offset
     best = np.flatnonzero(counts == counts.max())
