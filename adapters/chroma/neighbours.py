@@ -6,7 +6,8 @@ Chroma's own ``get`` (one array; read again only when the persist directory's da
 and ranked in numpy with the collection's distance, which is the ranking Chroma's HNSW search approximates.
 Chroma's search turns every row it returns into Python lists, and the semantic level asks it for thousands
 of neighbourhoods at a time: for a small collection that conversion, not the search, was most of a batch's
-semantic level. A larger collection is asked through its own search.
+semantic level. A larger collection is asked through its own search. Stored vectors of a small collection come from the same
+read.
 """
 
 from __future__ import annotations
@@ -58,10 +59,28 @@ def rank_exact(space: str, ids: Sequence[str], matrix: np.ndarray, vectors: np.n
         near_d = np.take_along_axis(d, near, axis=1)
         order = np.argsort(near_d, axis=1, kind="stable")
         near, near_d = np.take_along_axis(near, order, axis=1), np.take_along_axis(near_d, order, axis=1)
-        picked_rows = rows[near]  # (queries, take, dim): one gather for the page
-        for n, (picked, dist) in enumerate(zip(names[near].tolist(), near_d.astype(float).tolist())):
-            out.append(Neighbours(picked, dist, picked_rows[n], exact=True))
+        for picked, dist, index in zip(names[near].tolist(), near_d.astype(float).tolist(), near):
+            out.append(_Ranked(picked, dist, rows, index))
     return out
+
+
+class _Ranked(Neighbours):
+    """One query's rows of an exact ranking, whose stored vectors are gathered from the matrix when first
+    read: most of a batch's searches are read for their ids, or for a few of their rows."""
+
+    def __init__(self, ids: list[str], distances: list[float], rows: np.ndarray, index: np.ndarray) -> None:
+        self.ids, self.distances, self.exact = ids, distances, True
+        self._rows, self._index, self._vectors = rows, index, None
+
+    @property
+    def vectors(self) -> np.ndarray:  # type: ignore[override]
+        if self._vectors is None:
+            self._vectors = self._rows[self._index]
+        return self._vectors
+
+    @vectors.setter
+    def vectors(self, value: np.ndarray) -> None:
+        self._vectors = value
 
 
 class ChromaNeighbours:
@@ -82,15 +101,18 @@ class ChromaNeighbours:
                 out.append((st.st_mtime_ns, st.st_size, st.st_ino))
         return tuple(out)
 
-    def _all_embeddings(self, col: Any) -> tuple[list[str], np.ndarray]:
-        state = (self._state(), col.count())
+    _rows: dict[str, int] | None = None
+    """Each id's row in the matrix ``_embeddings`` holds, made on the first lookup by id."""
+
+    def _all_embeddings(self, col: Any, count: int | None = None) -> tuple[list[str], np.ndarray]:
+        state = (self._state(), col.count() if count is None else count)
         if self._embeddings is not None and self._embeddings[0] == state:
             return self._embeddings[1], self._embeddings[2]
         got = col.get(include=["embeddings"])
         ids = list(got["ids"])
         embs = got["embeddings"]
         matrix = np.asarray(embs if embs is not None and len(ids) else np.zeros((0, 0)), dtype=np.float32)
-        self._embeddings = (state, ids, matrix)
+        self._embeddings, self._rows = (state, ids, matrix), None
         return ids, matrix
 
     def semantic_neighbours(self, vectors, k: int, exclude=frozenset()) -> list[Neighbours]:
@@ -102,7 +124,7 @@ class ChromaNeighbours:
         vectors = np.asarray(vectors, dtype=np.float32)
         count = col.count()
         if 0 < count <= EXACT_UP_TO:
-            ids, matrix = self._all_embeddings(col)
+            ids, matrix = self._all_embeddings(col, count)
             if len(ids) and matrix.ndim == 2 and matrix.shape[1] == vectors.shape[1]:
                 return rank_exact(self._space(), ids, matrix, vectors, k, frozenset(exclude))
         fetch = min(count, k + len(exclude))
@@ -135,8 +157,18 @@ class ChromaNeighbours:
         return out
 
     def stored_vectors(self, ids) -> dict[str, np.ndarray]:
+        """The stored vectors of those of ``ids`` the collection holds: from the embeddings read for the exact
+        ranking where the collection is that small (the same read, unchanged since), else through ``get``."""
         col = self.collection()
         ids = list(ids)
+        count = col.count()
+        if 0 < count <= EXACT_UP_TO:
+            names, matrix = self._all_embeddings(col, count)
+            if matrix.ndim == 2 and len(names) == len(matrix):
+                if self._rows is None:
+                    self._rows = {name: row for row, name in enumerate(names)}
+                rows = self._rows
+                return {i: matrix[rows[i]].copy() for i in dict.fromkeys(ids) if i in rows}
         out: dict[str, np.ndarray] = {}
         for start in range(0, len(ids), PAGE):
             got = col.get(ids=ids[start : start + PAGE], include=["embeddings"])

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import orjson
 
 from tombstone.lineage.records import ArtifactRecord
 from tombstone.lineage.sql import before_probe_reads, by_store, for_ids, json_text, parts
@@ -123,7 +124,7 @@ class ProbeRecords:
             for aid, meta, vectors in self._conn.execute(
                     "SELECT artifact_id, meta, vectors FROM semantic_snapshots WHERE store = ? AND artifact_id IN"
                     f" ({','.join('?' * len(part))})", (store, *part)):
-                out[aid] = (json.loads(meta), bytes(vectors))
+                out[aid] = (_loads(meta), bytes(vectors))
         return out
 
     # -- model snapshots (tombstone.verify.model) ----------------------------------------------
@@ -151,3 +152,12 @@ class ProbeRecords:
                 text = None if row[1] is None else self.secret.unseal(bytes(row[1])).decode("utf-8")
                 out[aid] = (json.loads(row[0]), text)
         return out
+
+
+def _loads(text: str) -> Any:
+    """JSON text written by ``json_text``: orjson reads it (a batch's semantic snapshots are thousands), the
+    standard library what orjson refuses (an integer past 64 bits)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
