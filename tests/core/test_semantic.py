@@ -293,6 +293,21 @@ def test_the_snapshot_is_taken_before_suppression_and_purged_with_the_receipt(ha
     assert db.execute("SELECT count(*) FROM semantic_snapshots").fetchone()[0] == 0
 
 
+def test_an_artifact_suppressed_before_its_snapshot_gets_no_baseline(hashing, tmp_path):
+    """A saga begun before the level was enabled has already hidden its artifact: that one is not measured
+    (the suppression may hide it from the very searches), the others of the same call are."""
+    from tombstone.verify import semantic
+
+    config = build(tmp_path / "d", "chroma", hashing)
+    with Tombstone(config) as tomb:
+        first, second = (tomb.lineage.artifact("vectors", doc_id(i)) for i in (3, 4))
+        adapter = tomb.adapter("vectors")
+        tomb.lineage.record_suppressions("earlier", [first])
+        detail = semantic.snapshot(adapter, [first, second], tomb.lineage, {})
+        assert detail["artifacts"][doc_id(3)]["outcome"] == "suppressed first"
+        assert detail["artifacts"][doc_id(4)]["outcome"] != "suppressed first"  # the control: measured as usual
+
+
 def test_the_default_levels_leave_semantic_out(tmp_path, hashing):
     """Opt-in: without ``levels`` the store is measured by nothing, and the receipt says the level is off."""
     config = build(tmp_path / "d", "chroma", hashing, levels=None)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tombstone.lineage.records import ArtifactRecord
-from tombstone.lineage.sql import for_ids
+from tombstone.lineage.sql import by_store, for_ids
 
 
 class SuppressionRecords:
@@ -61,6 +61,13 @@ class SuppressionRecords:
             "SELECT 1 FROM suppressions WHERE store = ? AND artifact_id = ?", (store, artifact_id)
         ).fetchone()
         return row is not None
+
+    def suppressed_pairs(self, artifacts: Iterable[ArtifactRecord]) -> set[tuple[str, str]]:
+        """Which of ``artifacts`` have ever been suppressed, as (store, id) pairs (``is_suppressed`` for many)."""
+        out: set[tuple[str, str]] = set()
+        for store, ids in by_store((a.store, a.artifact_id) for a in artifacts).items():
+            out.update((store, aid) for aid in self.suppressed_among(store, ids))
+        return out
 
     def suppressed_among(self, store: str, artifact_ids: Iterable[str]) -> set[str]:
         """Which of ``artifact_ids`` in ``store`` have ever been suppressed (``is_suppressed`` for many, a few

@@ -523,7 +523,8 @@ def snapshot(adapter: Any, artifacts: Sequence[ArtifactRecord], lineage: Any, ow
     erasure goes on (the suppression meets the store for real, with its retries), and the level reports those
     artifacts as not run, saying why, with the levels below and the receipt unaffected. Only a failure to
     record the snapshot in the lineage db stops the saga."""
-    fresh = [a for a in artifacts if not lineage.is_suppressed(a.store, a.artifact_id)]
+    suppressed = lineage.suppressed_pairs(artifacts)  # one query a store, not one an artifact
+    fresh = [a for a in artifacts if (a.store, a.artifact_id) not in suppressed]
     fresh_ids = {a.artifact_id for a in fresh}
     snaps: dict[str, tuple[dict[str, Any], str | None]] = {
         a.artifact_id: ({"version": VERSION, "outcome": "suppressed first",

@@ -249,7 +249,8 @@ def snapshot(adapter: Any, artifacts: Sequence[ArtifactRecord], lineage: Any, ow
     outcomes — never a vector). An artifact already suppressed (a saga begun before the level was enabled)
     gets no baseline: suppression may already hide it. A store error is recorded, not retried: the
     erasure goes on, and the level reports it as not run."""
-    fresh = [a for a in artifacts if not lineage.is_suppressed(a.store, a.artifact_id)]
+    suppressed = lineage.suppressed_pairs(artifacts)  # one query a store, not one an artifact
+    fresh = [a for a in artifacts if (a.store, a.artifact_id) not in suppressed]
     fresh_ids = {a.artifact_id for a in fresh}
     snaps: dict[str, nb.Snapshot] = {
         a.artifact_id: nb.Snapshot({"version": nb.VERSION, "outcome": "suppressed first",
