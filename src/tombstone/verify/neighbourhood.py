@@ -192,10 +192,25 @@ class Snapshot:
     """Per usable probe, the Top-5's vectors in rank order (the artifact's own among them)."""
 
     def encode(self) -> tuple[dict[str, Any], bytes]:
+        """``meta`` with the arrays' layout, and the arrays' float32 bytes: the queries, then each distinct row
+        of the baselines once (an artifact's probes mostly find the same Top-5: stored once, not once a probe),
+        the layout naming each baseline's rows by their place among them."""
         meta = dict(self.meta)
-        meta["layout"] = {"queries": list(self.queries.shape), "baselines": [len(b) for b in self.baselines]}
-        arrays = [np.asarray(self.queries, dtype="<f4")] + [np.asarray(b, dtype="<f4") for b in self.baselines]
-        return meta, b"".join(a.tobytes() for a in arrays)
+        queries = np.asarray(self.queries, dtype="<f4")
+        place: dict[bytes, int] = {}
+        rows: list[bytes] = []
+        baseline_rows = []
+        for baseline in self.baselines:
+            named = []
+            for row in np.asarray(baseline, dtype="<f4"):
+                key = row.tobytes()
+                if key not in place:
+                    place[key] = len(rows)
+                    rows.append(key)
+                named.append(place[key])
+            baseline_rows.append(named)
+        meta["layout"] = {"queries": list(queries.shape), "rows": len(rows), "baseline_rows": baseline_rows}
+        return meta, queries.tobytes() + b"".join(rows)
 
     @classmethod
     def decode(cls, meta: dict[str, Any], blob: bytes) -> Snapshot:
@@ -204,9 +219,14 @@ class Snapshot:
         flat = np.frombuffer(blob, dtype="<f4")
         queries = flat[: n * dim].reshape(n, dim)
         baselines, at = [], n * dim
-        for rows in layout["baselines"]:
-            baselines.append(flat[at : at + rows * dim].reshape(rows, dim))
-            at += rows * dim
+        if "baseline_rows" in layout:
+            distinct = flat[at : at + layout["rows"] * dim].reshape(layout["rows"], dim)
+            baselines = [distinct[np.asarray(named, dtype=np.intp)].reshape(len(named), dim)
+                         for named in layout["baseline_rows"]]
+        else:  # every baseline's rows in turn (snapshots recorded before the rows were stored once)
+            for rows in layout["baselines"]:
+                baselines.append(flat[at : at + rows * dim].reshape(rows, dim))
+                at += rows * dim
         return cls(meta, queries, baselines)
 
 
