@@ -19,7 +19,9 @@ import tomli_w
 HEADINGS = ("Semantic level in a batch: 20 and 150 subjects of the demo",)
 SUBJECTS = 200
 BATCHES = (20, 150)
-REPS = 3
+REPS = 5
+"""Runs of each, in turn: the first of a process pays its imports (scipy.stats for the semantic level), so the
+median is of the other runs as much as of it."""
 
 
 def _levels(workdir: Path, semantic: bool) -> None:
