@@ -885,20 +885,20 @@ def test_the_id_to_label_map_read_from_the_heads_acts_as_a_dict(colliding, monke
     import random
     import zlib as _zlib
 
-    from tombstone_adapters.faiss import store as store_module
-    from tombstone_adapters.faiss.store import IdLabels, id_label_pairs, label_array
+    from tombstone_adapters.faiss import labels as labels_module
+    from tombstone_adapters.faiss.labels import IdLabels, id_label_pairs, label_array
 
     ids = [f"id-{k:04d}" for k in range(400)] + ["zoë", 'q"uote']
     labels = np.arange(1000, 1000 + len(ids), dtype=np.int64)
     crcs = (np.full(len(ids), 7, np.int64) if colliding
             else np.array([_zlib.crc32(i.encode()) for i in ids], np.int64))
     if colliding:
-        monkeypatch.setattr(store_module, "_crc", lambda _id: 7)
+        monkeypatch.setattr(labels_module, "_crc", lambda _id: 7)
     mapping, twin = IdLabels(list(ids), labels, crcs), dict(zip(ids, labels.tolist()))
     rng = random.Random(5)
     for step in range(600):
         if step == 400:  # from here on every lookup goes to the dict it makes
-            monkeypatch.setattr(store_module, "_LOOKUPS_BEFORE_DICT", 0)
+            monkeypatch.setattr(labels_module, "_LOOKUPS_BEFORE_DICT", 0)
             mapping["trigger"] = twin["trigger"] = 1
         key = rng.choice(ids + [f"new-{k}" for k in range(20)])
         op = rng.randrange(5)
