@@ -741,7 +741,9 @@ def test_a_listing_reads_the_records_lines_in_one_pass_and_equals_reading_each(f
         return real_open(path, *args, **kwargs)
 
     one_line = mock.patch.object(store_module.LazyRecords, "_read", side_effect=AssertionError("a read per line"))
-    with mock.patch.object(store_module, "open", counting, create=True), one_line:
+    from tombstone_adapters.faiss import records as records_module
+
+    with mock.patch.object(records_module, "open", counting, create=True), one_line:
         listing = store.get()
         by_where = store.get(where={"n": 7})
     assert listing == each and list(by_where) == ["bob-vec-00007"]
