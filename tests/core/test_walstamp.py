@@ -120,5 +120,31 @@ def test_a_header_that_cannot_be_trusted_is_never_used(tmp_path):
                       "not initialised"),
                      (header, "shorter than the mapped header")):
         (tmp_path / "fake.db-shm").write_bytes(shm)
-        got = WalStamp(fake).read()
+        with open(tmp_path / "fake.db-shm", "rb"):  # held open, as a SQLite connection holds the one it uses
+            got = WalStamp(fake).read()
         assert (got is None) == (why is not None), why
+    # the control of the rule below: the same well-formed header, held open by nothing in this process
+    (tmp_path / "fake.db-shm").write_bytes(header + header + bytes(40))
+    assert WalStamp(fake).read() is None
+
+
+def test_a_stale_shm_file_beside_a_link_to_the_db_is_never_taken_for_the_live_one(tmp_path):
+    """SQLite follows a link to the database file and keeps its -shm beside the file it reaches; a -shm left
+    beside the link (from when a database lay there) never changes, and would hide nothing new."""
+    import os
+
+    real = tmp_path / "real" / "lineage.db"
+    real.parent.mkdir()
+    writer = sqlite3.connect(real, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE t (n INTEGER)")
+    link = tmp_path / "link.db"
+    os.symlink(real, link)
+    (tmp_path / "link.db-shm").write_bytes((real.parent / "lineage.db-shm").read_bytes()[:136])  # a stale copy
+    stamp = WalStamp(link)
+    before = stamp.read()
+    assert before is not None
+    writer.execute("INSERT INTO t VALUES (1)")
+    assert stamp.read() != before  # the live one: it sees the commit
+    stamp.close()
+    writer.close()

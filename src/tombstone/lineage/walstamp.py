@@ -10,7 +10,8 @@ means no commit since, as far as any SQLite connection can see: a reader may kee
 A wrapper asks this before every query (:class:`tombstone.capture.hidden.HiddenIds`): 48 bytes compared,
 where a single-row ``SELECT`` opens and closes a read transaction on the wal-index's locks. Where the header
 cannot be used — no ``-shm`` file, a header of another version, two copies that differ (a commit under way),
-a transaction of this connection's own still open (its writes are visible to it before any header changes) —
+a transaction of this connection's own still open (its writes are visible to it before any header changes), a
+``-shm`` file this process does not already hold open (so not the one its SQLite connection uses) —
 the caller reads the db as before.
 
 Mapped read-only, 136 bytes (the two header copies and the checkpoint information after them), only while
@@ -36,7 +37,8 @@ class WalStamp:
     """The wal-index header of one SQLite database file, as this process sees it now."""
 
     def __init__(self, db_path: Path) -> None:
-        self._path = Path(str(db_path) + "-shm")
+        # SQLite follows a link to the database file and keeps its -shm beside the file it reaches
+        self._path = Path(os.path.realpath(db_path) + "-shm")
         self._map: mmap.mmap | None = None
         self._usable = True
 
@@ -62,7 +64,7 @@ class WalStamp:
             return None
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size < _MAPPED:
+            if not stat.S_ISREG(info.st_mode) or info.st_size < _MAPPED or not _held_open(info, fd):
                 return None
             return mmap.mmap(fd, _MAPPED, access=mmap.ACCESS_READ)
         except (OSError, ValueError):
@@ -76,6 +78,26 @@ class WalStamp:
             self._map.close()
         self._map = None
         self._usable = False
+
+
+def _held_open(info: os.stat_result, own: int) -> bool:
+    """Whether this process already holds that very file open (SQLite's connection does, for the -shm it uses):
+    a file put at the name since, or left there by something else, is never taken for it. Where the process's
+    open files cannot be listed (no ``/proc/self/fd``), False: the caller reads the db instead."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        if fd == str(own):  # the descriptor just opened to map it
+            continue
+        try:
+            held = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if (held.st_dev, held.st_ino) == (info.st_dev, info.st_ino) and stat.S_ISREG(held.st_mode):
+            return True
+    return False
 
 
 __all__ = ["WalStamp"]
