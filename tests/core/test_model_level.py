@@ -387,8 +387,8 @@ class Lineage:
     def __init__(self) -> None:
         self.saved: dict[str, tuple] = {}
 
-    def is_suppressed(self, store, aid) -> bool:
-        return False
+    def suppressed_pairs(self, artifacts) -> set:
+        return set()
 
     def save_model_snapshots(self, saga_id, store, rows) -> None:
         self.saved.update(rows)
