@@ -49,20 +49,19 @@ class HiddenIds:
         committed since, and the set stands without a read."""
 
     def current(self) -> frozenset[str]:
-        lineage = self.lineage
         try:
-            stamp = _stamp(lineage)
-            if stamp is not None and stamp == self._stamp:
-                return self._ids
-            generation = lineage.suppression_generation(self.store)
+            return self._current(self.lineage)
         except sqlite3.ProgrammingError:
-            if getattr(lineage, "path", None) is None:
+            if getattr(self.lineage, "path", None) is None:
                 raise
-            lineage = _this_threads(lineage)  # read from another thread than the one that opened the db
-            stamp = _stamp(lineage)
-            if stamp is not None and stamp == self._stamp:
-                return self._ids
-            generation = lineage.suppression_generation(self.store)
+            # read from another thread than the one that opened the db
+            return self._current(_this_threads(self.lineage))
+
+    def _current(self, lineage: Any) -> frozenset[str]:
+        stamp = _stamp(lineage)
+        if stamp is not None and stamp == self._stamp:
+            return self._ids
+        generation = lineage.suppression_generation(self.store)
         if generation != self._generation:
             self._ids = frozenset(lineage.hidden_ids(self.store))
             self._generation = generation

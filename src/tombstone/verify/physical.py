@@ -342,12 +342,8 @@ def probe(adapter: Any, artifacts: Sequence[ArtifactRecord]) -> dict[str, Outcom
     for art in artifacts:
         aid = art.artifact_id
         kinds = per_artifact[aid]
-        id_hits: list = []
-        content_hits: list = []
-        for kind in kinds:
-            found_here = hits.get(f"{kind}\x00{aid}")
-            if found_here:
-                (id_hits if kind.startswith("id") else content_hits if kind.startswith("content") else []).extend(found_here)
+        id_hits = [hit for kind in kinds if kind.startswith("id") for hit in hits.get(f"{kind}\x00{aid}", ())]
+        content_hits = [hit for kind in kinds if kind.startswith("content") for hit in hits.get(f"{kind}\x00{aid}", ())]
         more = extra.get(aid, no_extra)
         found = []
         if id_hits:
