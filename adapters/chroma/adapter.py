@@ -57,6 +57,29 @@ def _write_refused(path: Path) -> str | None:
     return f"No space left on device: {free} bytes free on its filesystem" if free < LOW_SPACE else None
 
 
+def foreign_clients(seen: holders.Holders) -> str:
+    """The processes outside Tombstone that hold the store's files, named (pid and command line)."""
+    named = "; ".join(f"pid {pid} ({cmd[:80]})" for pid, cmd in seen.foreign[:3])
+    more = f" and {len(seen.foreign) - 3} more" if len(seen.foreign) > 3 else ""
+    return f"a process outside Tombstone holds the Chroma store's files open: {named}{more}"
+
+
+def refuse_foreign_clients(path: Path, store: str, *, retryable: bool = True) -> None:
+    """StoreUnavailableError while a process outside Tombstone holds files under ``path`` open. Chroma's
+    embedded clients are not safe across processes: one that loaded the collection keeps its own copy of the
+    vector index and writes it back (erased vectors included) when it next persists, and rows or index files
+    changed under it can cost it its own writes. So no erasure changes the files while one is open. Where
+    other processes' open files cannot be listed (no ``/proc``), nothing is refused: the verify step then says
+    what it could not check."""
+    seen = holders.holders(path)
+    if seen.foreign:
+        raise StoreUnavailableError(
+            f"store {store!r}: {foreign_clients(seen)}; Chroma's clients are not safe across processes (that client would write"
+            " its own copy of the index back over the erasure, and can lose its writes when the files change"
+            " under it): close it, or open the collection through TombstoneCollection, then run this again",
+            store=store, retryable=retryable)
+
+
 class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
     """Options: ``path`` (the persist directory), ``collection`` (its name) and, optionally, ``id_key``:
     a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
@@ -76,6 +99,8 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
             raise ConfigError(f'store {store!r}: the {cls.backend} backend needs path = "..." and collection = "..."')
         path = Path(options["path"])
         db = path / "chroma.sqlite3"
+        # a client of another process on the files: no erasure may change them under it
+        refuse_foreign_clients(path, store, retryable=False)
         if any(os.path.lexists(path / f"chroma.sqlite3{suffix}") for suffix in ("-wal", "-journal")):
             return super().preflight(store, options)
         if not db.is_file():
@@ -262,6 +287,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         ``tombstone.sqlite_pages``); then a scan of every file for the erased artifacts. Bytes it still finds:
         a VACUUM. With ``reclaim = "rewrite"``, when the segment is not in a shape the in-place recipe knows,
         or if bytes survive the VACUUM: the collection is rewritten from its survivors."""
+        refuse_foreign_clients(self.path, self.store)
         if self.reclaim_mode() == "rewrite" or not artifacts:
             return {"mechanism": "rewrite", **self._reclaim_rewrite(artifacts)}
         try:
@@ -358,11 +384,13 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
 
     def reclaim_store(self) -> dict[str, Any]:
         """Everything deleted goes: the collection rewritten from its survivors, the SQLite file VACUUMed."""
+        refuse_foreign_clients(self.path, self.store)
         return {"mechanism": "rewrite", **self._reclaim_rewrite([])}
 
     def compact(self) -> dict[str, Any]:
         """The collection rewritten from its survivors into new segments: the slots an in-place reclaim left
         in the graph go with the old segment."""
+        refuse_foreign_clients(self.path, self.store)
         return {"mechanism": "rewrite", **self._reclaim_rewrite([])}
 
     def _reclaim_rewrite(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
@@ -597,17 +625,15 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         """Whether another process holds the persist directory's files through a client Tombstone does not
         know of. Such a client keeps the collection's vector index as it loaded it, before the erasure, and
         writes that copy back, erased vectors included, the next time it persists: while one is open, a scan
-        that finds nothing is not final, and the level is left unchecked (UNVERIFIED), naming the process."""
+        that finds nothing is not final, and the level is left unchecked (UNVERIFIED), naming the process.
+        (The reclaim refuses to run while one is open; one that opened after it began is caught here.)"""
         seen = holders.holders(self.path)
         unchecked = None
         if seen.foreign:
-            named = "; ".join(f"pid {pid} ({cmd[:80]})" for pid, cmd in seen.foreign[:3])
-            more = f" and {len(seen.foreign) - 3} more" if len(seen.foreign) > 3 else ""
-            unchecked = (f"a process outside Tombstone holds the Chroma store's files open: {named}{more}; its"
-                         " client keeps the vector index as it was before the erasure and writes it back,"
-                         " erased vectors included, when it next persists. Close that client (or open the"
-                         " collection through TombstoneCollection), then run 'tombstone erase' for the"
-                         " subject again")
+            unchecked = (f"{foreign_clients(seen)}; its client keeps the vector index as it was before the erasure"
+                         " and writes it back, erased vectors included, when it next persists. Close that client"
+                         " (or open the collection through TombstoneCollection), then run 'tombstone erase' for"
+                         " the subject again")
         return {art.artifact_id: ExtraFinding(evidence=seen.evidence(), unchecked=unchecked) for art in artifacts}
 
     def physical_patterns(self, artifact: ArtifactRecord) -> dict[str, bytes]:

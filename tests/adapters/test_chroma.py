@@ -739,21 +739,101 @@ for line in sys.stdin:
 """.replace("{dim}", str(DIM))
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists other processes' open files through /proc")
-def test_a_stale_client_in_another_process_leaves_the_erasure_unverified_naming_it(ctomb):
-    """A raw Chroma client in another process, opened before the erasure, holds the old index. While it is
-    open the physical level is not VERIFIED: UNVERIFIED naming its pid while its copy is only in memory, and
-    RESIDUAL naming it too once it has written the erased vectors back. Closed, the erasure run again is
-    VERIFIED, and an independent scan of the files agrees. The control: its writes do put the bytes back."""
+def _stale_client(tomb, record: str):
     import subprocess
     import sys
 
-    mine, _, arts, norm = in_place_store(ctomb)
-    child = subprocess.Popen([sys.executable, "-c", STALE_CLIENT, str(store_dir(ctomb)), mine[0]],
+    child = subprocess.Popen([sys.executable, "-c", STALE_CLIENT, str(store_dir(tomb)), record],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def _files_bytes(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists other processes' open files through /proc")
+def test_a_client_in_another_process_stops_the_erasure_before_it_changes_anything(ctomb):
+    """Chroma's embedded clients are not safe across processes: a raw client of another process keeps the
+    collection's vector index as it loaded it and writes it back over an erasure, and can lose its own writes
+    when the files change under it. While one is open: the erasure is refused before anything changes (one
+    line naming its pid, "nothing was changed": no saga, every file byte for byte as it was), and the reclaim
+    itself refuses too (a client that opened after the preflight), the files again unchanged. Closed: the
+    erasure runs, VERIFIED, and an independent scan of the files agrees. The control: the bytes are there
+    before, so the scan that finds none after could have found them."""
+    from tombstone.errors import StoreUnavailableError
+
+    mine, _, arts, norm = in_place_store(ctomb)
+    assert all(scan(store_dir(ctomb), p) for p in norm)  # the control
+    child = _stale_client(ctomb, mine[0])
     try:
-        assert child.stdout.readline().strip() == "ready"
-        receipt, _ = ctomb.erase("alice")
+        before = _files_bytes(store_dir(ctomb))
+        with pytest.raises(StoreUnavailableError) as refused:
+            ctomb.erase("alice")
+        said = str(refused.value)
+        assert f"pid {child.pid}" in said and "outside Tombstone" in said and "nothing was changed" in said, said
+        assert "\n" not in said
+        assert ctomb.lineage.sagas("running") == [] and ctomb.lineage.sagas("completed") == []
+        assert _files_bytes(store_dir(ctomb)) == before
+        adapter = ctomb.adapter("vectors")  # as the saga has it by its reclaim step (Chroma's client opened)
+        opened = _files_bytes(store_dir(ctomb))
+        with pytest.raises(StoreUnavailableError, match=f"pid {child.pid}"):
+            adapter.reclaim(arts)
+        assert _files_bytes(store_dir(ctomb)) == opened
+        assert all(scan(store_dir(ctomb), p) for p in norm)
+    finally:
+        child.communicate(timeout=120)  # end of its input: it exits, its client closed
+    receipt, _ = ctomb.erase("alice")
+    assert {a["status"] for a in receipt["artifacts"] if a["artifact_id"] in mine} == {"VERIFIED"}, receipt
+    assert not any(scan(store_dir(ctomb), p) for p in norm)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists other processes' open files through /proc")
+def test_a_client_that_opened_after_the_preflight_stops_the_reclaim_in_the_dead_letter_list(ctomb):
+    """A raw client of another process that opened after the preflight (here: the preflight's look passed
+    over) is met by the reclaim itself before its first write: the step is retried, then its artifacts go to
+    the dead-letter list with one line naming the process, and the receipt claims nothing VERIFIED(physical)
+    for them. Closed, ``retry_dead_letters`` finishes the erasure, VERIFIED, and an independent scan agrees."""
+    import dataclasses
+
+    import tombstone_adapters.chroma.adapter as chroma_adapter
+
+    real = chroma_adapter.refuse_foreign_clients
+    mine, _, arts, norm = in_place_store(ctomb)
+    ctomb.context.retry = dataclasses.replace(ctomb.context.retry, attempts=2, base_seconds=0.0)
+    child = _stale_client(ctomb, mine[0])
+    try:
+        # the preflight's call is the one that cannot be retried; the reclaim's can
+        with mock.patch.object(chroma_adapter, "refuse_foreign_clients",
+                               lambda path, store, retryable=True: real(path, store) if retryable else None):
+            receipt, _ = ctomb.erase("alice")
+        rows = [a for a in receipt["artifacts"] if a["artifact_id"] in mine]
+        assert rows and not any(str(a["status"]).startswith("VERIFIED") for a in rows), rows
+        letters = ctomb.lineage.dead_letters()
+        assert letters and all(f"pid {child.pid}" in d["error"] and "\n" not in d["error"] for d in letters), letters
+        assert all(scan(store_dir(ctomb), p) for p in norm)  # the reclaim wrote nothing of its own
+    finally:
+        child.communicate(timeout=120)
+    done = ctomb.retry_dead_letters()
+    assert done and {a["status"] for a in done[-1][0]["artifacts"] if a["artifact_id"] in mine} == {"VERIFIED"}
+    assert not any(scan(store_dir(ctomb), p) for p in norm)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists other processes' open files through /proc")
+def test_a_client_that_opened_after_the_check_leaves_the_erasure_unverified_naming_it(ctomb):
+    """A raw client that opens after the checks (here: the checks passed over, as if it had opened a moment
+    later) holds the old index while the erasure runs. The physical level is then not VERIFIED: UNVERIFIED
+    naming its pid while its copy is only in memory, and RESIDUAL naming it too once it has written the
+    erased vectors back. Closed, the erasure run again is VERIFIED, and an independent scan of the files
+    agrees. The control: its writes do put the bytes back."""
+    import tombstone_adapters.chroma.adapter as chroma_adapter
+
+    mine, _, arts, norm = in_place_store(ctomb)
+    child = _stale_client(ctomb, mine[0])
+    try:
+        with mock.patch.object(chroma_adapter, "refuse_foreign_clients", lambda *a, **k: None):
+            receipt, _ = ctomb.erase("alice")
         rows = [a for a in receipt["artifacts"] if a["artifact_id"] in mine]
         assert rows and all(a["status"] == "UNVERIFIED" for a in rows), rows
         assert all(f"pid {child.pid}" in a["reason"] and "outside Tombstone" in a["reason"] for a in rows), rows

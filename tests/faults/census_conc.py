@@ -470,6 +470,13 @@ def _writer_cell(root: Path, config: Path, backend: str, mode: str) -> dict[str,
     code = eraser.returncode
     resumed = again = None
     unchecked: list[str] = []
+    refused_left: list[str] = []
+    if code == 2:
+        # refused before it changed anything (a client outside Tombstone held the store): the erased subject's
+        # records are all still there, with their vectors; with the writer stopped, the erasure run again
+        between = census(config, backend)
+        refused_left = sorted(i for i in erased_ids if i in between and same_direction(before[i], between[i]))
+        again = cli("erase", ERASED, "--config", str(config))
     if code == 3:
         resumed = cli("resume", "--config", str(config))
     dlq = cli("dlq", "list", "--json", "--config", str(config))
@@ -518,6 +525,7 @@ def _writer_cell(root: Path, config: Path, backend: str, mode: str) -> dict[str,
         "attempt": attempt, "added": sorted(added), "after_attempt": _after_attempt(folder),
         "writer_errors": (folder / "errors.txt").read_text() if (folder / "errors.txt").exists() else "",
         "writer_err": w_err[-2000:], "still_there": still_there, "erased": sorted(erased_ids),
+        "writer_pid": writer.pid, "refused_left": refused_left,
     }
 
 
