@@ -121,12 +121,13 @@ def section(result: dict) -> str:
                      f" {at_once} | {r['finished']} | {r['dead_lettered']} | {recovery} | {failed} |")
     lines += [
         "",
-        "*writer-chroma-raw*: the writer holds Chroma's own client open through the erasure, and that client keeps"
-        " the vector index it loaded before it, erased vectors included, to write back when it next persists."
-        " The erasure names the process and leaves the store's artifacts UNVERIFIED (exit 3) while it is open;"
-        " run again once the writer has stopped, it ends VERIFIED(physical), and `tombstone audit` agrees on the"
-        " final files (counted under *on resume*). Before that check, a trial could end VERIFIED(physical) and be"
-        " contradicted by the audit. *disk:exact_cache* and *disk:semantic_cache*: each cache is built with the"
+        "*writer-chroma-raw*: the writer holds Chroma's own client open through the erasure. Chroma's embedded"
+        " clients are not safe across processes (that client would write the index it loaded back over the"
+        " erasure, erased vectors included, and could lose its own writes when the files change under it), so"
+        " the erasure refuses the store before it changes anything, naming the process (exit 2); run again once"
+        " the writer has stopped, it ends VERIFIED(physical), and `tombstone audit` agrees on the final files"
+        " (counted under *on resume*). Before that refusal, a trial now and then lost records the writer had"
+        " written. *disk:exact_cache* and *disk:semantic_cache*: each cache is built with the"
         " document store its answers came from; only the cache's folder is faulted.",
     ]
     return "\n".join(lines)

@@ -19,17 +19,18 @@ from tombstone.capture.vector import normalised_fingerprint_bytes
 from tombstone import holders
 from tombstone.contract import Adapter, Capability, ExtraFinding, ProbeResult, writable_files
 from tombstone.errors import ConfigError, PhysicalUnsupportedError, StoreUnavailableError, TombstoneError
-from tombstone.lineage.db import ArtifactRecord, fingerprint_bytes
+from tombstone.lineage.db import ArtifactRecord
 from tombstone.sqlite_pages import where_found, zero_all_free_space
 from tombstone.verify.levels import Level
 from tombstone.verify.logical import TOP_K, fit_dim, nearest_paths_many, probe_count, probe_set
 from tombstone.verify.physical import keyed_patterns
 from tombstone.verify.scanner import check_regular
 
-from . import fulltext, inplace
+from . import clients, fulltext, inplace
 from .wrapper import BACKEND, REWRITE_SUFFIX, SUPPRESSED, TombstoneCollection, bump_epoch, fresh_client
 from .hooks import ChromaHooks
 from .neighbours import ChromaNeighbours
+from .rewrite import ChromaRewrite
 from .segments import UUID_DIR, ChromaSegments
 
 _SEARCH_ALL_UP_TO = 400
@@ -40,47 +41,7 @@ _PAGE = 1000
 _fresh_at: dict[str, str | None] = {}
 
 
-LOW_SPACE = 1 << 20
-"""Free bytes below which a Chroma client that failed to open is reported as short of space (opening one
-creates its write-ahead log and shared-memory files)."""
-
-
-def _write_refused(path: Path) -> str | None:
-    """Why Chroma cannot write its persist directory, or None: ``chroma.sqlite3`` cannot be opened for
-    writing (a read-only mount, no permission), or the filesystem is (nearly) full."""
-    try:
-        os.close(os.open(path / "chroma.sqlite3", os.O_RDWR))
-        st = os.statvfs(path)
-    except OSError as exc:
-        return f"chroma.sqlite3 cannot be written: {exc.strerror or exc}"
-    free = st.f_bavail * st.f_frsize
-    return f"No space left on device: {free} bytes free on its filesystem" if free < LOW_SPACE else None
-
-
-def foreign_clients(seen: holders.Holders) -> str:
-    """The processes outside Tombstone that hold the store's files, named (pid and command line)."""
-    named = "; ".join(f"pid {pid} ({cmd[:80]})" for pid, cmd in seen.foreign[:3])
-    more = f" and {len(seen.foreign) - 3} more" if len(seen.foreign) > 3 else ""
-    return f"a process outside Tombstone holds the Chroma store's files open: {named}{more}"
-
-
-def refuse_foreign_clients(path: Path, store: str, *, retryable: bool = True) -> None:
-    """StoreUnavailableError while a process outside Tombstone holds files under ``path`` open. Chroma's
-    embedded clients are not safe across processes: one that loaded the collection keeps its own copy of the
-    vector index and writes it back (erased vectors included) when it next persists, and rows or index files
-    changed under it can cost it its own writes. So no erasure changes the files while one is open. Where
-    other processes' open files cannot be listed (no ``/proc``), nothing is refused: the verify step then says
-    what it could not check."""
-    seen = holders.holders(path)
-    if seen.foreign:
-        raise StoreUnavailableError(
-            f"store {store!r}: {foreign_clients(seen)}; Chroma's clients are not safe across processes (that client would write"
-            " its own copy of the index back over the erasure, and can lose its writes when the files change"
-            " under it): close it, or open the collection through TombstoneCollection, then run this again",
-            store=store, retryable=retryable)
-
-
-class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
+class ChromaAdapter(ChromaRewrite, ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
     """Options: ``path`` (the persist directory), ``collection`` (its name) and, optionally, ``id_key``:
     a metadata key under which the app keeps each record's id (the logical probe then also filters on it)."""
 
@@ -100,7 +61,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         path = Path(options["path"])
         db = path / "chroma.sqlite3"
         # a client of another process on the files: no erasure may change them under it
-        refuse_foreign_clients(path, store, retryable=False)
+        clients.refuse_foreign_clients(path, store, retryable=False)
         if any(os.path.lexists(path / f"chroma.sqlite3{suffix}") for suffix in ("-wal", "-journal")):
             return super().preflight(store, options)
         if not db.is_file():
@@ -154,7 +115,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
                 if getattr(self, "client", None) is not None:
                     self.client.close()
                 self._snapshot.close()
-            refused = None if self._snapshot is not None or not isinstance(exc, Exception) else _write_refused(self.path)
+            refused = None if self._snapshot is not None or not isinstance(exc, Exception) else clients.write_refused(self.path)
             if refused:  # Chroma's own error says nothing of the cause (on a read-only mount, an AttributeError)
                 raise StoreUnavailableError(f"cannot open Chroma store {self.path}: {refused}", store=store) from exc
             raise
@@ -287,7 +248,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         ``tombstone.sqlite_pages``); then a scan of every file for the erased artifacts. Bytes it still finds:
         a VACUUM. With ``reclaim = "rewrite"``, when the segment is not in a shape the in-place recipe knows,
         or if bytes survive the VACUUM: the collection is rewritten from its survivors."""
-        refuse_foreign_clients(self.path, self.store)
+        clients.refuse_foreign_clients(self.path, self.store)
         if self.reclaim_mode() == "rewrite" or not artifacts:
             return {"mechanism": "rewrite", **self._reclaim_rewrite(artifacts)}
         try:
@@ -381,94 +342,6 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
             "left": "the erased slots stay in the HNSW graph (links, a label no id maps to) until 'tombstone compact'",
             **({"fulltext_marker": marker_problem} if marker_problem else {}),
         }
-
-    def reclaim_store(self) -> dict[str, Any]:
-        """Everything deleted goes: the collection rewritten from its survivors, the SQLite file VACUUMed."""
-        refuse_foreign_clients(self.path, self.store)
-        return {"mechanism": "rewrite", **self._reclaim_rewrite([])}
-
-    def compact(self) -> dict[str, Any]:
-        """The collection rewritten from its survivors into new segments: the slots an in-place reclaim left
-        in the graph go with the old segment."""
-        refuse_foreign_clients(self.path, self.store)
-        return {"mechanism": "rewrite", **self._reclaim_rewrite([])}
-
-    def _reclaim_rewrite(self, artifacts: Sequence[ArtifactRecord]) -> dict[str, Any]:
-        present = self._existing(self._ids(artifacts))
-        if present:
-            self.collection().delete(ids=present)
-        kill_point("reclaim:chroma:after-delete")
-        rewrite = self._rewrite()
-        kill_point("reclaim:chroma:after-rewrite")
-        zeroed = self._settle_and_zero_tails()
-        purged = self._purge_queue()
-        kill_point("reclaim:chroma:after-purge")
-        vacuum = self._vacuum()
-        kill_point("reclaim:chroma:after-vacuum")
-        return {
-            "steps": ["delete", "rewrite from survivors", "zero HNSW slots past cur_element_count",
-                      "purge embeddings queue", "VACUUM", "remove orphan segment directories"],
-            "deleted": len(present),
-            "rewrite": rewrite,
-            "hnsw_bytes_zeroed": zeroed,
-            "queue_rows_purged": purged,
-            "vacuum": vacuum,
-            "orphan_segment_dirs_removed": self._remove_orphans(),
-        }
-
-    def _survivors(self, col) -> dict[str, Any]:
-        out: dict[str, list] = {"ids": [], "embeddings": [], "documents": [], "metadatas": []}
-        offset = 0
-        while True:
-            page = col.get(include=["embeddings", "documents", "metadatas"], limit=_PAGE, offset=offset)
-            if not page["ids"]:
-                break
-            out["ids"] += page["ids"]
-            out["embeddings"] += list(np.asarray(page["embeddings"], dtype=np.float32))
-            out["documents"] += list(page["documents"] or [None] * len(page["ids"]))
-            out["metadatas"] += list(page["metadatas"] or [None] * len(page["ids"]))
-            offset += len(page["ids"])
-        return out
-
-    def _rewrite(self) -> dict[str, Any]:
-        """Copy the survivors into a fresh collection (and so fresh segments), then swap names.
-
-        Crash-safe: the original is dropped only after the copy has been checked complete, and a
-        leftover copy from a killed attempt is discarded while the original still exists.
-        """
-        old = self.collection()
-        tmp_name = self.name + REWRITE_SUFFIX
-        if self._get(tmp_name) is not None:
-            self.client.delete_collection(tmp_name)
-        survivors = self._survivors(old)
-        kwargs: dict[str, Any] = {"embedding_function": None}
-        hnsw = (old.configuration_json or {}).get("hnsw")
-        if old.metadata:
-            kwargs["metadata"] = dict(old.metadata)
-        elif hnsw:
-            kwargs["configuration"] = {"hnsw": dict(hnsw)}
-        fresh = self.client.create_collection(tmp_name, **kwargs)
-        kill_point("reclaim:chroma:copy-created")
-        batch = max(1, min(self.client.get_max_batch_size(), _PAGE))
-        ids = survivors["ids"]
-        for start in range(0, len(ids), batch):
-            end = start + batch
-            fresh.add(
-                ids=ids[start:end],
-                embeddings=np.asarray(survivors["embeddings"][start:end], dtype=np.float32),
-                documents=survivors["documents"][start:end],
-                metadatas=survivors["metadatas"][start:end],
-            )
-        if fresh.count() != len(ids) or set(self._survivors(fresh)["ids"]) != set(ids):
-            raise StoreUnavailableError("chroma rewrite is incomplete; the original collection was kept",
-                                        store=self.store)
-        old_id = str(old.id)
-        kill_point("reclaim:chroma:copy-complete")
-        self.client.delete_collection(self.name)  # the copy is complete: nothing is lost from here on
-        kill_point("reclaim:chroma:original-dropped")
-        fresh.modify(name=self.name)
-        self._col = fresh
-        return {"survivors": len(ids), "old_collection_id": old_id, "new_collection_id": str(fresh.id)}
 
     # -- probes -------------------------------------------------------------------------------
 
@@ -630,7 +503,7 @@ class ChromaAdapter(ChromaHooks, ChromaNeighbours, ChromaSegments, Adapter):
         seen = holders.holders(self.path)
         unchecked = None
         if seen.foreign:
-            unchecked = (f"{foreign_clients(seen)}; its client keeps the vector index as it was before the erasure"
+            unchecked = (f"{clients.foreign_clients(seen)}; its client keeps the vector index as it was before the erasure"
                          " and writes it back, erased vectors included, when it next persists. Close that client"
                          " (or open the collection through TombstoneCollection), then run 'tombstone erase' for"
                          " the subject again")

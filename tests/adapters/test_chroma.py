@@ -797,15 +797,15 @@ def test_a_client_that_opened_after_the_preflight_stops_the_reclaim_in_the_dead_
     for them. Closed, ``retry_dead_letters`` finishes the erasure, VERIFIED, and an independent scan agrees."""
     import dataclasses
 
-    import tombstone_adapters.chroma.adapter as chroma_adapter
+    import tombstone_adapters.chroma.clients as chroma_clients
 
-    real = chroma_adapter.refuse_foreign_clients
+    real = chroma_clients.refuse_foreign_clients
     mine, _, arts, norm = in_place_store(ctomb)
     ctomb.context.retry = dataclasses.replace(ctomb.context.retry, attempts=2, base_seconds=0.0)
     child = _stale_client(ctomb, mine[0])
     try:
         # the preflight's call is the one that cannot be retried; the reclaim's can
-        with mock.patch.object(chroma_adapter, "refuse_foreign_clients",
+        with mock.patch.object(chroma_clients, "refuse_foreign_clients",
                                lambda path, store, retryable=True: real(path, store) if retryable else None):
             receipt, _ = ctomb.erase("alice")
         rows = [a for a in receipt["artifacts"] if a["artifact_id"] in mine]
@@ -827,12 +827,12 @@ def test_a_client_that_opened_after_the_check_leaves_the_erasure_unverified_nami
     naming its pid while its copy is only in memory, and RESIDUAL naming it too once it has written the
     erased vectors back. Closed, the erasure run again is VERIFIED, and an independent scan of the files
     agrees. The control: its writes do put the bytes back."""
-    import tombstone_adapters.chroma.adapter as chroma_adapter
+    import tombstone_adapters.chroma.clients as chroma_clients
 
     mine, _, arts, norm = in_place_store(ctomb)
     child = _stale_client(ctomb, mine[0])
     try:
-        with mock.patch.object(chroma_adapter, "refuse_foreign_clients", lambda *a, **k: None):
+        with mock.patch.object(chroma_clients, "refuse_foreign_clients", lambda *a, **k: None):
             receipt, _ = ctomb.erase("alice")
         rows = [a for a in receipt["artifacts"] if a["artifact_id"] in mine]
         assert rows and all(a["status"] == "UNVERIFIED" for a in rows), rows
