@@ -171,16 +171,16 @@ def test_kill_before_switch_keeps_old_generation(ftomb, monkeypatch, mode):
     write(ftomb, "bob", 10)
     before = snapshot(ftomb)
     adapter = FaissAdapter("vec", {**ftomb.config.stores["vec"].options, "reclaim": mode})
-    import tombstone_adapters.faiss.store as store_module
+    import tombstone_adapters.faiss.commits as commits_module
 
-    real = store_module._write_atomic
+    real = commits_module._write_atomic
 
     def dies_on_current(path, data):
         if path.name == "CURRENT":
             raise KeyboardInterrupt  # stands in for the process dying
         real(path, data)
 
-    monkeypatch.setattr(store_module, "_write_atomic", dies_on_current)
+    monkeypatch.setattr(commits_module, "_write_atomic", dies_on_current)
     with pytest.raises(KeyboardInterrupt):
         adapter.reclaim([ftomb.lineage.artifact("vec", i) for i in mine])
     monkeypatch.undo()
@@ -376,9 +376,9 @@ def test_in_place_erasure_writes_zeros_into_the_committed_file_and_links_it(ftom
     data[flat_codes_offset(store.index_path, store.index) + 1] ^= 0xFF  # a byte of the first vector
     flipped.write_bytes(bytes(data))
     assert flat_codes_offset(flipped, store.index) is None
-    import tombstone_adapters.faiss.store as store_module
+    import tombstone_adapters.faiss.erasing as erasing_module
 
-    with mock.patch.object(store_module, "flat_codes_offset", return_value=None):
+    with mock.patch.object(erasing_module, "flat_codes_offset", return_value=None):
         receipt, _ = ftomb.erase("carol")
     assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["index_file"] == "written anew"
     store = FaissStore(store_dir(ftomb), create=False)
@@ -393,7 +393,7 @@ def test_an_opened_store_maps_its_vectors_and_the_in_place_zeros_reach_every_rea
     (``FaissStore.index``, as a caller that changes the index does) still holds them until it reloads. An
     app's next write through the mapped reader reads the vectors in and commits as before; a zeroing that
     cannot go through the file zeroes the vectors in memory and writes the index anew."""
-    import tombstone_adapters.faiss.store as store_module
+    import tombstone_adapters.faiss.erasing as erasing_module
 
     mine = write(ftomb, "alice", 3)
     write(ftomb, "bob", 20)
@@ -416,7 +416,7 @@ def test_an_opened_store_maps_its_vectors_and_the_in_place_zeros_reach_every_rea
     assert sorted(reader.get(ids=["dave-0", *theirs, *mine])) == sorted(["dave-0", *theirs])
     reopened = FaissStore(store_dir(ftomb), create=False)
     assert reopened._mapped and reopened.search(query_embeddings=np.ones((1, DIM)), k=1)[0][0][0] == "dave-0"
-    with mock.patch.object(store_module, "_zero_slots", return_value=False):
+    with mock.patch.object(erasing_module, "_zero_slots", return_value=False):
         receipt, _ = ftomb.erase("carol")
     assert receipt["artifacts"][0]["evidence"]["reclaim"]["evidence"]["index_file"] == "written anew"
     assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
@@ -579,16 +579,16 @@ def test_a_crash_after_the_switch_leaves_lines_to_blank_which_scan_names_and_the
 
 def test_a_commit_killed_before_the_switch_leaves_a_tail_the_next_write_cuts_off(ftomb, monkeypatch):
     write(ftomb, "bob", 5)
-    import tombstone_adapters.faiss.store as store_module
+    import tombstone_adapters.faiss.commits as commits_module
 
-    real = store_module._write_atomic
+    real = commits_module._write_atomic
 
     def dies_on_current(path, data):
         if path.name == "CURRENT":
             raise KeyboardInterrupt
         real(path, data)
 
-    monkeypatch.setattr(store_module, "_write_atomic", dies_on_current)
+    monkeypatch.setattr(commits_module, "_write_atomic", dies_on_current)
     with pytest.raises(KeyboardInterrupt):
         write(ftomb, "carol", 2, texts=["carol's unfinished write"] * 2)
     monkeypatch.undo()
@@ -782,7 +782,7 @@ def test_opening_reads_ids_and_labels_from_the_heads_files_which_agree_with_the_
     Control: before the reclaim a plain byte scan finds the erased ids in heads.ids."""
     import shutil
 
-    from tombstone_adapters.faiss import store as store_module
+    from tombstone_adapters.faiss import generations as generations_module
 
     odd = ['q"uote\\d, "document": x', "zoë-ß", 'k", "label": 5']
     app_store(ftomb).add(odd, documents=["a", "b", "c"], subject="odd")
@@ -791,7 +791,7 @@ def test_opening_reads_ids_and_labels_from_the_heads_files_which_agree_with_the_
     root = store_dir(ftomb)
     heads_ids = root / "heads.ids"
     assert all(i.encode() in heads_ids.read_bytes() for i in mine + odd)  # control
-    with mock.patch.object(store_module, "_parse_lines", side_effect=AssertionError("parsed the records")):
+    with mock.patch.object(generations_module, "_parse_lines", side_effect=AssertionError("parsed the records")):
         opened = FaissStore(root, create=False)
         assert set(opened.get()) == set(odd + mine + theirs)
     generation = opened.generation
