@@ -31,6 +31,14 @@ def _context(owner: Any) -> SagaContext:
     return owner if isinstance(owner, SagaContext) else owner.context
 
 
+def _subject_locked(ctx: SagaContext, subject: str, wait: float = 0.0) -> tuple[str, SubjectLock]:
+    """The subject's key and its lock, taken (one saga per subject, or reference, at a time)."""
+    key = ctx.lineage.subject_key(subject)
+    lock = SubjectLock(ctx.lineage, key)
+    lock.acquire(subject=subject, wait=wait)
+    return key, lock
+
+
 class SagaStarts:
     """The constructors of :class:`~tombstone.saga.engine.Saga` (each returns an instance of the class it is called on)."""
 
@@ -114,9 +122,7 @@ class SagaStarts:
                 if (dst_store, dst_id) not in scope and (derived := ctx.lineage.artifact(dst_store, dst_id)):
                     scope[(dst_store, dst_id)] = (derived, f"{relation} from {src.store}/{src.artifact_id}")
                     frontier.append(derived)
-        key = ctx.lineage.subject_key(reference)
-        lock = SubjectLock(ctx.lineage, key)
-        lock.acquire(subject=reference, wait=wait)
+        key, lock = _subject_locked(ctx, reference, wait)
         try:
             running = ctx.lineage.running_saga(key)
             if running is not None:
@@ -149,9 +155,7 @@ class SagaStarts:
         if not ctx.has_store(store):
             raise ConfigError(f"store {store!r} is not configured", store=store)
         reference = f"store:{store}"
-        key = ctx.lineage.subject_key(reference)
-        lock = SubjectLock(ctx.lineage, key)
-        lock.acquire(subject=reference, wait=wait)
+        key, lock = _subject_locked(ctx, reference, wait)
         try:
             running = ctx.lineage.running_saga(key)
             if running is not None:
@@ -174,9 +178,7 @@ class SagaStarts:
         ``BACKUP_RECHECK_KIND`` with no artifacts and its ``backup_recheck`` section. Nothing is touched."""
         ctx = _context(owner)
         subject = _normal(subject)
-        key = ctx.lineage.subject_key(subject)
-        lock = SubjectLock(ctx.lineage, key)
-        lock.acquire(subject=subject, wait=wait)
+        key, lock = _subject_locked(ctx, subject, wait)
         try:
             if ctx.lineage.running_saga(key) is not None:
                 raise SagaError(f"an erasure of {shown(subject)} is under way: finish it ('tombstone resume') first")
@@ -194,9 +196,7 @@ class SagaStarts:
         so a batch can account for every subject it was given. ``defer_create`` as for :meth:`start`."""
         ctx = _context(owner)
         subject = _normal(subject)
-        key = ctx.lineage.subject_key(subject)
-        lock = SubjectLock(ctx.lineage, key)
-        lock.acquire(subject=subject)
+        key, lock = _subject_locked(ctx, subject)
         try:
             running = ctx.lineage.running_saga(key)
             if running is not None:
