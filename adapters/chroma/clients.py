@@ -43,9 +43,10 @@ def refuse_foreign_clients(path: Path, store: str, *, retryable: bool = True) ->
     seen = holders.holders(path)
     if seen.foreign:
         raise StoreUnavailableError(
-            f"store {store!r}: {foreign_clients(seen)}; Chroma's clients are not safe across processes (that client would write"
-            " its own copy of the index back over the erasure, and can lose its writes when the files change"
-            " under it): close it, or open the collection through TombstoneCollection, then run this again",
+            f"store {store!r}: {foreign_clients(seen)}; Chroma's clients are not safe across processes (that"
+            " client would write its own copy of the index back over the erasure, and can lose its writes when"
+            " the files change under it): close it, or open the collection through TombstoneCollection, then"
+            " run this again",
             store=store, retryable=retryable)
 
 

@@ -32,8 +32,10 @@ from tombstone.errors import ConfigError, StoreUnavailableError
 from tombstone.fsutil import METADATA_LIMIT, open_regular, read_fd
 from tombstone.scanreport import ScanPlace, ScanReport
 
-from .store import (HEAD_IDS, HEADS, RECORDS, _HEAD_COLUMNS, _ID_AT, _ID_LEN, _LABEL, _LINE_LEN, _read_index,
-                    current_generation, id_label_pairs, metadata_limit, read_generation)
+from .generations import _read_index, current_generation, read_generation
+from .labels import id_label_pairs
+from .records import HEAD_IDS, HEADS, RECORDS, _HEAD_COLUMNS, _ID_AT, _ID_LEN, _LABEL, _LINE_LEN
+from .store import metadata_limit
 
 
 def _nonzero(chunk: bytes) -> int:

@@ -75,8 +75,7 @@ from tombstone.storelock import STORE_LOCK_WAIT, StoreLock, lock_file_for
 
 from .commits import FaissCommits
 from .erasing import FaissErasing
-from .generations import (_link, _read_index, _state_problem, _zero_slots, current_generation,  # noqa: F401
-                          flat_codes_offset, read_generation)
+from .generations import _read_index, current_generation, read_generation
 from .labels import IdLabels, id_label_pairs, label_array  # noqa: F401  (also imported from here)
 from .records import (_HEAD_COLUMNS, _HEADS_MARK, _ID_AT, _ID_LEN, _LABEL, _LINE_LEN, _ZEROED_BYTES, HEAD_IDS,  # noqa: F401
                       HEADS, RECORDS, LazyRecords, LineIndex, _followed_by, _json, _parse_lines, _read_heads,

@@ -349,7 +349,7 @@ def test_in_place_erasure_writes_zeros_into_the_committed_file_and_links_it(ftom
     file is the same inode, the erased vectors zeroed where they lie, and the file is byte for byte what
     faiss would write for the index in memory. Control: a file whose tail does not read as the index in
     memory is not written into; the reclaim then writes the index anew."""
-    from tombstone_adapters.faiss.store import flat_codes_offset
+    from tombstone_adapters.faiss.generations import flat_codes_offset
 
     mine = write(ftomb, "alice", 3)
     write(ftomb, "bob", 20)

@@ -38,7 +38,7 @@ from tombstone.receipt.signing import RECEIPT_KIND, STORE_RECLAIM_KIND
 from tombstone.receipt.files import receipt_in, same_file_name
 from tombstone.saga.context import RetryPolicy, SagaContext
 from tombstone.saga.lock import SubjectLock
-from tombstone.saga.starts import SagaStarts, _context, preflight, retained_stores  # noqa: F401  (re-exported)
+from tombstone.saga.starts import SagaStarts
 from tombstone.saga.batch import STORE_STEPS, run_batch, run_step, seal_receipts  # noqa: F401  (re-exported)
 from tombstone.saga.files import (_normal, create_deferred, create_saga, free_receipt_path, out_path_of,  # noqa: F401
                                   stored_out_path, user_out_path)
