@@ -161,6 +161,27 @@ def test_receipts_chain(tomb):
     assert body_hash(second) == second["receipt_hash"]
 
 
+def test_the_chain_keeps_each_receipt_deflated_and_gives_back_its_canonical_bytes(tomb):
+    """A chain row holds the signed receipt sealed and deflated: it reads back as the receipt's exact canonical
+    bytes, takes a fraction of their size in the lineage db, and a row sealed before rows were deflated (the
+    JSON itself) still reads back."""
+    from tombstone.lineage.sagas import packed
+
+    write_docs(tomb, "alice", 6)
+    receipt, _ = tomb.erase("alice")
+    row = tomb.lineage.receipts()[-1]
+    assert row["body"] == canonical_bytes(receipt) == tomb.lineage.receipt_for_saga(receipt["saga_id"])
+    stored = tomb.lineage._conn.execute("SELECT receipt_sealed FROM receipts WHERE saga_id = ?",
+                                        (receipt["saga_id"],)).fetchone()[0]
+    assert len(stored) < len(row["body"]) / 3
+    assert tomb.lineage.secret.unseal(bytes(stored)) == packed(row["body"]) != row["body"]
+    # a row from before: the canonical bytes sealed as they are
+    with tomb.lineage.atomic() as conn:
+        conn.execute("UPDATE receipts SET receipt_sealed = ? WHERE saga_id = ?",
+                     (tomb.lineage.secret.seal(row["body"]), receipt["saga_id"]))
+    assert tomb.lineage.receipt_for_saga(receipt["saga_id"]) == canonical_bytes(receipt)
+
+
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(data=st.data())
 def test_the_fast_schema_check_never_accepts_what_jsonschema_rejects(signed, data):

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tombstone.errors import LineageError
 from tombstone.lineage.records import ArtifactRecord
 from tombstone.lineage.sql import for_ids, json_text
+
+
+def packed(body: bytes) -> bytes:
+    """A receipt's canonical bytes as the chain row keeps them (before sealing): deflated. A receipt states
+    each store's evidence once per artifact, so its JSON shrinks about fifty-fold, and a batch's chain rows
+    are written in a few hundred kilobytes rather than tens of megabytes."""
+    return zlib.compress(body, 1)
+
+
+def unpacked(data: bytes) -> bytes:
+    """The canonical bytes ``packed`` kept. A row sealed before rows were deflated holds the JSON itself,
+    which begins with ``{``; a zlib stream never does."""
+    return data if data[:1] == b"{" else zlib.decompress(data)
 
 
 class SagaRecords:
@@ -126,7 +140,7 @@ class SagaRecords:
         for row in rows:
             item = {key: row[key] for key in ("seq", "saga_id", "subject_key", "receipt_hash", "previous_hash",
                                               "created_at")}
-            item["body"] = self.secret.unseal(bytes(row["receipt_sealed"]))
+            item["body"] = self._opened(row["receipt_sealed"])
             out.append(item)
         return out
 
@@ -137,7 +151,11 @@ class SagaRecords:
 
     def receipt_for_saga(self, saga_id: str) -> bytes | None:
         row = self._conn.execute("SELECT receipt_sealed FROM receipts WHERE saga_id = ?", (saga_id,)).fetchone()
-        return self.secret.unseal(bytes(row[0])) if row else None
+        return self._opened(row[0]) if row else None
+
+    def _opened(self, sealed: bytes) -> bytes:
+        """A chain row's receipt: its canonical bytes, unsealed and inflated (see :func:`packed`)."""
+        return unpacked(self.secret.unseal(bytes(sealed)))
 
     def append_receipts(self, rows: Sequence[tuple[str, str, str, str | None, bytes, Iterable[ArtifactRecord]]]
                         ) -> list[int]:
@@ -166,7 +184,7 @@ class SagaRecords:
                 seq = (head[0] if head else 0) + 1
                 conn.execute(
                     "INSERT INTO receipts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (seq, saga_id, subject_key, receipt_hash, previous, now, self.secret.seal(body)),
+                    (seq, saga_id, subject_key, receipt_hash, previous, now, self.secret.seal(packed(body))),
                 )
                 conn.execute(
                     "UPDATE sagas SET state = 'done', finished_at = ? WHERE saga_id = ?", (now, saga_id)
