@@ -222,6 +222,28 @@ def test_builtin_adapter_registered_through_entry_point():
     assert adapter_class("docstore") is DocstoreAdapter
 
 
+def test_the_registry_is_read_once_per_import_path(monkeypatch, tmp_path):
+    """Opening several stores reads the installed distributions' entry points once; a changed import path
+    (a plugin folder added) reads them again, and so finds what it brings."""
+    from importlib.metadata import EntryPoint
+
+    import tombstone.contract as contract
+    from tombstone_adapters.docstore import DocstoreAdapter
+
+    reads = []
+    known = [EntryPoint(name="docstore", value="tombstone_adapters.docstore:DocstoreAdapter",
+                        group=contract.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(contract, "entry_points", lambda group: reads.append(group) or list(known))
+    for _ in range(3):
+        assert contract.adapter_class("docstore") is DocstoreAdapter
+    assert contract.available_backends() == ["docstore"] and len(reads) == 1
+    known.append(EntryPoint(name="toy", value="tombstone_adapters.docstore:DocstoreAdapter",
+                            group=contract.ENTRY_POINT_GROUP))
+    assert contract.available_backends() == ["docstore"]  # the same path: not read again
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert contract.available_backends() == ["docstore", "toy"] and len(reads) == 2
+
+
 def test_unknown_backend_is_a_clear_error(monkeypatch):
     from importlib.metadata import EntryPoint
 
