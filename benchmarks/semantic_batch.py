@@ -9,6 +9,7 @@ two runs in turn within each repetition. The semantic level's cost is the differ
 from __future__ import annotations
 
 import shutil
+import resource
 import statistics
 import time
 import tomllib
@@ -32,7 +33,13 @@ def _levels(workdir: Path, semantic: bool) -> None:
     path.write_text(tomli_w.dumps(config))
 
 
-def _erase(base: Path, work: Path, refs: list[str], semantic: bool) -> tuple[float, dict[str, int]]:
+def _cpu() -> float:
+    """This process's CPU time, every thread's (the scan threads, the receipt writers)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _erase(base: Path, work: Path, refs: list[str], semantic: bool) -> tuple[float, dict[str, int], float]:
     from tombstone import Tombstone
     from tombstone.config import load_config
 
@@ -40,16 +47,16 @@ def _erase(base: Path, work: Path, refs: list[str], semantic: bool) -> tuple[flo
     shutil.copytree(base, work)
     _levels(work, semantic)
     with Tombstone(load_config(work / "tombstone.toml")) as tomb:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _cpu()
         done = tomb.erase_many(refs)
-        took = time.perf_counter() - start
+        took, cpu = time.perf_counter() - start, _cpu() - cpu
     counts: dict[str, int] = {}
     for receipt, _ in done:
         for artifact in receipt["artifacts"]:
             level = artifact.get("level") or "none"
             key = f"{artifact['status']}({level})"
             counts[key] = counts.get(key, 0) + 1
-    return took, counts
+    return took, counts, cpu
 
 
 def run(tmp: Path) -> dict:
@@ -63,13 +70,17 @@ def run(tmp: Path) -> dict:
     out: dict = {"build": time.perf_counter() - start, "subjects": SUBJECTS, "backends": default_backends(), "rows": []}
     for size in BATCHES:
         runs: dict[bool, list[float]] = {True: [], False: []}
+        cpus: dict[bool, list[float]] = {True: [], False: []}
         counts: dict[bool, dict[str, int]] = {}
         for _ in range(REPS):
             for semantic in (True, False):
-                took, counts[semantic] = _erase(base, tmp / "run", refs[:size], semantic)
+                took, counts[semantic], cpu = _erase(base, tmp / "run", refs[:size], semantic)
                 runs[semantic].append(took)
+                cpus[semantic].append(cpu)
         with_, without = statistics.median(runs[True]), statistics.median(runs[False])
-        out["rows"].append({"subjects": size, "with": with_, "without": without, "counts": counts[True]})
+        out["rows"].append({"subjects": size, "with": with_, "without": without, "counts": counts[True],
+                            "paired": [(w - wo) / wo for w, wo in zip(runs[True], runs[False])],
+                            "paired_cpu": [(w - wo) / wo for w, wo in zip(cpus[True], cpus[False])]})
     shutil.rmtree(tmp / "run", ignore_errors=True)
     return out
 
@@ -81,17 +92,25 @@ def section(result: dict) -> str:
         f"The default demo ({', '.join(result['backends'])}; MiniLM embeddings) built once with"
         f" {result['subjects']} subjects and copied afresh for each run; one batch erasure"
         " (`erase_many`, what `tombstone erase --subjects-file` runs) with the semantic level on and with it"
-        f" left out of `levels`, in turn, median of {REPS}. The semantic level's share is the difference.",
+        f" left out of `levels`, in turn, median of {REPS}. The semantic level's share is the difference."
+        " *Semantic ÷ the rest* is the median, over the repetitions, of each one's pair (the two runs back to"
+        " back: a host whose speed drifts during the run moves both), with the lowest and highest in brackets;"
+        " *in CPU time* is the same of the process's CPU time (every thread's), which another tenant's load"
+        " on a shared host moves less than the elapsed time.",
         "",
         "| subjects in the batch | with the semantic level | without | semantic level | semantic ÷ the rest |"
-        " outcomes with it |",
-        "|---|---|---|---|---|---|",
+        " in CPU time | outcomes with it |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         semantic = row["with"] - row["without"]
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(row["counts"].items()))
+        paired = row.get("paired") or [semantic / row["without"]]
+        cpu = row.get("paired_cpu")
         lines.append(f"| {row['subjects']} | {row['with']:.1f} s | {row['without']:.1f} s | {semantic:.1f} s |"
-                     f" {semantic / row['without']:.2f} | {outcomes} |")
+                     f" {statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f}) |"
+                     + (f" {statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f}) |" if cpu else " |")
+                     + f" {outcomes} |")
     lines += [
         "",
         "The semantic level asks, for every erased chunk, its probe queries (each with every other erased chunk"

@@ -82,6 +82,11 @@ class _Ranked(Neighbours):
     def vectors(self, value: np.ndarray) -> None:
         self._vectors = value
 
+    def rows_at(self, positions: Sequence[int]) -> np.ndarray:
+        if self._vectors is not None:
+            return self._vectors[list(positions)]
+        return self._rows[self._index[list(positions)]]
+
 
 class ChromaNeighbours:
     """``semantic_neighbours`` and ``stored_vectors`` for the Chroma adapter (which supplies ``collection``,

@@ -419,3 +419,35 @@ def test_a_snapshot_stores_each_distinct_baseline_row_once_and_reads_back_the_sa
     earlier = {"version": nb.VERSION, "layout": {"queries": [4, 16], "baselines": [len(b) for b in baselines]}}
     old = nb.Snapshot.decode(earlier, snap.queries.tobytes() + b"".join(b.tobytes() for b in baselines))
     assert all(np.array_equal(a, b) for a, b in zip(old.baselines, baselines))
+
+
+def test_drifts_computed_together_are_the_numbers_computed_alone():
+    """A batch computes some drifts in one call (its controls' noise floor, a search's repeat): each must be bit
+    for bit the drift of its pair computed on its own (the decisions rest on them), whatever the other pairs'
+    lengths."""
+    rng = np.random.default_rng(11)
+    pairs = []
+    for n in range(300):
+        before = rng.standard_normal((1 + n % nb.TOP, 384)).astype(np.float32)
+        after = before.copy() if n % 7 == 0 else rng.standard_normal((1 + (n * 3) % nb.TOP, 384)).astype(np.float32)
+        pairs.append((before, after if n % 11 else after[:0]))
+    together = nb.drifts(pairs)
+    alone = [nb.drifts([pair])[0] for pair in pairs]
+    assert together == alone
+    assert 0.0 in together and 1.0 in together and len(set(together)) > 200  # equal, empty and moved pairs all met
+
+
+def test_an_exact_rankings_rows_at_are_the_rows_of_its_vectors():
+    """``rows_at`` gathers only the rows asked for from an exact ranking (Chroma's small collections): the same
+    rows, in the order asked, as indexing its whole gathered block."""
+    from tombstone_adapters.chroma.neighbours import rank_exact
+
+    rng = np.random.default_rng(12)
+    matrix = rng.standard_normal((50, 8)).astype(np.float32)
+    ids = [f"r{n}" for n in range(50)]
+    results = rank_exact("cosine", ids, matrix, rng.standard_normal((4, 8)).astype(np.float32), 20, frozenset({"r3"}))
+    for res, positions in zip(results, ([0, 2, 5], [19, 0], [], list(range(20)))):
+        gathered = res.rows_at(positions)
+        assert gathered.shape == (len(positions), 8)
+        assert np.array_equal(gathered, res.vectors[positions])
+        assert all(np.array_equal(row, matrix[ids.index(res.ids[p])]) for row, p in zip(gathered, positions))

@@ -105,15 +105,17 @@ class ProbeRecords:
 
     # -- semantic snapshots (tombstone.verify.semantic) ---------------------------------------
 
-    def save_semantic_snapshots(self, saga_id: str, store: str, snapshots: dict[str, tuple[dict[str, Any], bytes]]) -> None:
-        """Record, per artifact id, what the semantic level measured before suppression: ``(meta, vectors)``
-        (JSON-able metadata, float32 bytes). Replaces an earlier snapshot of the same artifact. The rows hold
-        the artifact's own vector: they are deleted with its probe vectors when its receipt is sealed."""
+    def save_semantic_snapshots(self, store: str, by_saga: dict[str, dict[str, tuple[dict[str, Any], bytes]]]) -> None:
+        """Record, per saga and artifact id, what the semantic level measured before suppression:
+        ``(meta, vectors)`` (JSON-able metadata, float32 bytes), a batch's sagas in one statement. Replaces an
+        earlier snapshot of the same artifact. The rows hold the artifact's own vector: they are deleted with
+        its probe vectors when its receipt is sealed."""
         with self.atomic() as conn:
             conn.executemany(
                 "INSERT INTO semantic_snapshots VALUES (?, ?, ?, ?, ?) ON CONFLICT (store, artifact_id)"
                 " DO UPDATE SET saga_id = excluded.saga_id, meta = excluded.meta, vectors = excluded.vectors",
                 [(store, aid, saga_id, json_text(meta), vectors)
+                 for saga_id, snapshots in sorted(by_saga.items())
                  for aid, (meta, vectors) in sorted(snapshots.items())],
             )
 

@@ -87,6 +87,11 @@ class Neighbours:
         vectors = np.asarray(self.vectors, dtype=np.float32)
         self.vectors = vectors.reshape(len(self.ids), -1) if self.ids else vectors.reshape(0, vectors.shape[-1] if vectors.ndim > 1 else 0)
 
+    def rows_at(self, positions: Sequence[int]) -> np.ndarray:
+        """The stored vectors of the rows at ``positions``, in that order (``vectors[positions]``): a result
+        that gathers its vectors only when read (an exact ranking's) gathers just these."""
+        return self.vectors[list(positions)]
+
 
 def unit(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
@@ -266,7 +271,7 @@ def _search_each(adapter: Any, call: Callable, asked: Mapping[str, Sequence[tupl
             results[n], keeps[n] = res, kept(order[n][0], res)
     out: dict[str, list[Neighbours]] = {aid: [] for aid in asked}
     for (aid, _), res, keep in zip(order, results, keeps):
-        out[aid].append(Neighbours([res.ids[n] for n in keep], [res.distances[n] for n in keep], res.vectors[keep],
+        out[aid].append(Neighbours([res.ids[n] for n in keep], [res.distances[n] for n in keep], res.rows_at(keep),
                                    res.exact))
     return out
 

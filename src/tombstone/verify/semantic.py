@@ -175,7 +175,8 @@ def _noise_floor(call: Callable, adapter: Any, measured: dict[str, nb.Snapshot],
 
 
 def _drifts(snap: nb.Snapshot, after: list[nb.Neighbours]) -> list[float]:
-    """Each probe query's drift: its Top-5 before suppression against its answer after reclaim."""
+    """Each probe query's drift: its Top-5 before suppression against its answer after reclaim (one artifact's
+    at a time: its few pairs' arrays stay in the cache, where a batch's thousands at once would not)."""
     return nb.drifts([(before, res.vectors[: nb.TOP]) for before, res in zip(snap.baselines, after)])
 
 
@@ -275,9 +276,7 @@ def snapshot(adapter: Any, artifacts: Sequence[ArtifactRecord], lineage: Any, ow
     by_saga: dict[str, dict[str, tuple[dict[str, Any], bytes]]] = {}
     for aid, snap in snaps.items():
         by_saga.setdefault(owners.get(aid, ""), {})[aid] = snap.encode()
-    with lineage.atomic():  # one commit for a batch's sagas
-        for saga_id, rows in sorted(by_saga.items()):
-            lineage.save_semantic_snapshots(saga_id, adapter.store, rows)
+    lineage.save_semantic_snapshots(adapter.store, by_saga)  # one statement and one commit for a batch's sagas
     detail: dict[str, Any] = {"artifacts": {aid: {"outcome": s.meta.get("outcome"), "probes": len(s.meta.get("probes", [])),
                                                   "controls": len(s.meta.get("controls", []))}
                                             for aid, s in sorted(snaps.items())}}
