@@ -109,8 +109,19 @@ class ChromaNeighbours:
     _rows: dict[str, int] | None = None
     """Each id's row in the matrix ``_embeddings`` holds, made on the first lookup by id."""
 
+    _counted: tuple[tuple, int] | None = None
+
+    def _count(self, col: Any) -> int:
+        """The collection's count, asked of Chroma again only when the persist directory's database has changed
+        since (a batch's semantic level asks a few dozen times; Chroma answers each in about 2 ms). The
+        files' state is read before the count, so a write between the two is seen by the next call."""
+        state = self._state()
+        if self._counted is None or self._counted[0] != state:
+            self._counted = (state, col.count())
+        return self._counted[1]
+
     def _all_embeddings(self, col: Any, count: int | None = None) -> tuple[list[str], np.ndarray]:
-        state = (self._state(), col.count() if count is None else count)
+        state = (self._state(), self._count(col) if count is None else count)
         if self._embeddings is not None and self._embeddings[0] == state:
             return self._embeddings[1], self._embeddings[2]
         got = col.get(include=["embeddings"])
@@ -127,7 +138,7 @@ class ChromaNeighbours:
         vectors are read once for the rows kept)."""
         col = self.collection()
         vectors = np.asarray(vectors, dtype=np.float32)
-        count = col.count()
+        count = self._count(col)
         if 0 < count <= EXACT_UP_TO:
             ids, matrix = self._all_embeddings(col, count)
             if len(ids) and matrix.ndim == 2 and matrix.shape[1] == vectors.shape[1]:
@@ -166,7 +177,7 @@ class ChromaNeighbours:
         ranking where the collection is that small (the same read, unchanged since), else through ``get``."""
         col = self.collection()
         ids = list(ids)
-        count = col.count()
+        count = self._count(col)
         if 0 < count <= EXACT_UP_TO:
             names, matrix = self._all_embeddings(col, count)
             if matrix.ndim == 2 and len(names) == len(matrix):

@@ -726,6 +726,35 @@ def test_semantic_neighbours_of_a_small_collection_are_ranked_exactly_as_chroma_
     assert after.ids[0] == "new"
 
 
+def test_the_semantic_probe_asks_chroma_its_count_again_only_after_the_files_change(tmp_path):
+    """The count decides how a collection is searched and whether its embeddings are read again: it is asked of
+    Chroma once while the persist directory's database is unchanged, and again after any write (an add, a
+    delete), whose result the next answer then holds."""
+    client = chromadb.PersistentClient(str(tmp_path / "chroma"))
+    col = client.create_collection("near")
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(50, 8)).astype(np.float32)
+    col.add(ids=[f"r{i:02d}" for i in range(50)], embeddings=vectors)
+    adapter = ChromaAdapter("near", {"path": str(tmp_path / "chroma"), "collection": "near"})
+    counted = []
+    real_count = chromadb.api.models.Collection.Collection.count
+
+    def counting(self):
+        counted.append(1)
+        return real_count(self)
+
+    with mock.patch.object(chromadb.api.models.Collection.Collection, "count", counting):
+        for _ in range(3):
+            adapter.semantic_neighbours(vectors[:2], 3)
+            adapter.stored_vectors(["r01"])
+        assert len(counted) == 1
+        col.add(ids=["new"], embeddings=[vectors[7] * 3])
+        assert adapter.stored_vectors(["new"])["new"].tolist() == (vectors[7] * 3).tolist() and len(counted) == 2
+        col.delete(ids=["r07", "new"])
+        [got] = adapter.semantic_neighbours(vectors[7:8], 3)
+        assert "r07" not in got.ids and "new" not in got.ids and len(counted) == 3
+
+
 STALE_CLIENT = """
 import sys, chromadb
 client = chromadb.PersistentClient(path=sys.argv[1])
