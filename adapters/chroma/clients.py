@@ -30,7 +30,7 @@ def foreign_clients(seen: holders.Holders) -> str:
     """The processes outside Tombstone that hold the store's files, named (pid and command line)."""
     named = "; ".join(f"pid {pid} ({cmd[:80]})" for pid, cmd in seen.foreign[:3])
     more = f" and {len(seen.foreign) - 3} more" if len(seen.foreign) > 3 else ""
-    return f"a process outside Tombstone holds the Chroma store's files open: {named}{more}"
+    return f"a process outside Tombstone has the Chroma store's files open for writing: {named}{more}"
 
 
 def refuse_foreign_clients(path: Path, store: str, *, retryable: bool = True) -> None:

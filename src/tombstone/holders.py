@@ -6,7 +6,9 @@ included, the next time it writes. Tombstone's wrappers watch for an erasure (th
 store) and load the files again first; a client opened outside Tombstone does not. So a physical probe
 that finds nothing is only final when no such client is left open: ``holders(path)`` lists the processes
 that have files under ``path`` open, and tells those that registered themselves (``register``: Tombstone's
-wrappers and adapters do, in a folder beside the store) from the foreign ones.
+wrappers and adapters do, in a folder beside the store) from the foreign ones, and among those the ones that
+hold every file only for reading (a copy, a backup, a read-only ``tombstone scan`` or ``audit``) from those
+that may write.
 
 Read from ``/proc/<pid>/fd``. Where there is no ``/proc``, or a process's descriptors cannot be read (another
 user's, without root), the listing says so (``listed``, ``uninspectable``): it never reports a process it
@@ -109,13 +111,37 @@ def _holds_files(root: str) -> bool:
 
 def _opens_under(fd_dir: Path, fds: list[str], root: str) -> bool:
     """Whether any of the descriptors ``fds`` in ``fd_dir`` (``/proc/<pid>/fd``) names ``root`` or a file under it."""
+    return bool(_under(fd_dir, fds, root))
+
+
+def _under(fd_dir: Path, fds: list[str], root: str) -> list[str]:
+    """Those of the descriptors ``fds`` in ``fd_dir`` that name ``root`` or a file under it."""
     inside = root.rstrip(os.sep) + os.sep
+    out = []
     for fd in fds:
         try:
             target = os.readlink(fd_dir / fd)
         except OSError:
             continue
         if target == root or target.startswith(inside):
+            out.append(fd)
+    return out
+
+
+def _may_write(proc: Path, fds: list[str]) -> bool:
+    """Whether any of the process's descriptors ``fds`` is open for writing (``/proc/<pid>/fdinfo``: the access
+    mode in its flags); True where that cannot be read. A store's client opens its database for writing; a
+    process that only reads the files (a copy, a backup, Tombstone's own read-only scan) does not."""
+    for fd in fds:
+        try:
+            info = (proc / "fdinfo" / fd).read_text()
+        except OSError:
+            return True
+        flags = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("flags:")), None)
+        try:
+            if flags is None or int(flags, 8) & os.O_ACCMODE != os.O_RDONLY:
+                return True
+        except ValueError:
             return True
     return False
 
@@ -125,7 +151,11 @@ class Holders:
     """The other processes that have files under a store's path open."""
 
     foreign: list[tuple[int, str]] = field(default_factory=list)
-    """(pid, command line) of each process holding the files that did not register through Tombstone."""
+    """(pid, command line) of each process holding the files that did not register through Tombstone and has
+    one of them open for writing (or whose open modes could not be read)."""
+    readers: list[tuple[int, str]] = field(default_factory=list)
+    """(pid, command line) of the other unregistered holders: every file of the store they hold is open only
+    for reading, so they can write nothing back."""
     registered: list[int] = field(default_factory=list)
     """Pids of the holders that did."""
     listed: bool = True
@@ -138,6 +168,8 @@ class Holders:
             return {"other_holders": "not listed: this system has no /proc to list other processes' open files"}
         out: dict[str, Any] = {"other_holders": {"outside_tombstone": [f"pid {p}: {c}" for p, c in self.foreign],
                                                  "through_tombstone": len(self.registered)}}
+        if self.readers:
+            out["other_holders"]["reading_only"] = [f"pid {p}: {c}" for p, c in self.readers]
         if self.uninspectable:
             out["other_holders"]["not_readable"] = self.uninspectable
         return out
@@ -174,11 +206,14 @@ def holders(store_path: str | os.PathLike[str]) -> Holders:
             continue
         except OSError:  # gone meanwhile
             continue
-        if _opens_under(proc / "fd", fds, root):
+        held = _under(proc / "fd", fds, root)
+        if held:
             if _entry(pid) in known:
                 out.registered.append(pid)
-            else:
+            elif _may_write(proc, held):
                 out.foreign.append((pid, _command(pid)))
+            else:
+                out.readers.append((pid, _command(pid)))
     return out
 
 

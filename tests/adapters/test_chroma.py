@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 from unittest import mock
@@ -433,8 +435,6 @@ def test_in_place_reclaim_edits_the_segment_and_compact_rewrites_it(ctomb):
               "res = col.query(query_embeddings=json.loads(sys.argv[2]), n_results=5)\n"
               "print(json.dumps([col.count(), res['ids']]))\n")
     import json
-    import subprocess
-    import sys
 
     out = subprocess.run([sys.executable, "-c", script, str(store_dir(ctomb)), json.dumps(queries.tolist())],
                          capture_output=True, text=True, check=True)
@@ -769,9 +769,6 @@ for line in sys.stdin:
 
 
 def _stale_client(tomb, record: str):
-    import subprocess
-    import sys
-
     child = subprocess.Popen([sys.executable, "-c", STALE_CLIENT, str(store_dir(tomb)), record],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
@@ -815,6 +812,48 @@ def test_a_client_in_another_process_stops_the_erasure_before_it_changes_anythin
         child.communicate(timeout=120)  # end of its input: it exits, its client closed
     receipt, _ = ctomb.erase("alice")
     assert {a["status"] for a in receipt["artifacts"] if a["artifact_id"] in mine} == {"VERIFIED"}, receipt
+    assert not any(scan(store_dir(ctomb), p) for p in norm)
+
+
+READER = """
+import sys
+from pathlib import Path
+held = [open(p, "rb") for p in sorted(Path(sys.argv[1]).rglob("*")) if p.is_file()]  # a copy or a backup, reading
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists other processes' open files through /proc")
+def test_a_process_that_only_reads_the_files_does_not_stop_the_erasure(ctomb):
+    """A process holding every file of the persist directory open only for reading (a copy, a backup, a
+    read-only ``tombstone scan``) can write nothing back: the erasure runs while it reads, VERIFIED, an
+    independent scan agrees, and the receipt names it as reading only. The control: the same files held
+    open for writing by another process stop it."""
+    from tombstone.errors import StoreUnavailableError
+
+    mine, _, _, norm = in_place_store(ctomb)
+    assert all(scan(store_dir(ctomb), p) for p in norm)  # the control: the bytes are there before
+    writer = subprocess.Popen([sys.executable, "-c", READER.replace('"rb"', '"r+b"'), str(store_dir(ctomb))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreUnavailableError, match=f"pid {writer.pid}.*open for writing|open for writing.*pid {writer.pid}"):
+            ctomb.erase("alice")
+    finally:
+        writer.communicate("\n", timeout=60)
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(store_dir(ctomb))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "ready"
+        receipt, _ = ctomb.erase("alice")
+    finally:
+        reader.communicate("\n", timeout=60)
+    ours = [a for a in receipt["artifacts"] if a["artifact_id"] in mine]
+    assert {(a["status"], a["level"]) for a in ours} == {("VERIFIED", "physical")}, receipt
+    physical = next(p for p in ours[0]["evidence"]["probes"] if p["level"] == "physical")
+    held = physical["detail"]["other_holders"]
+    assert held["outside_tombstone"] == [] and str(reader.pid) in held["reading_only"][0]
     assert not any(scan(store_dir(ctomb), p) for p in norm)
 
 

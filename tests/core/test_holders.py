@@ -17,13 +17,14 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="list
 HOLD = """
 import sys
 from tombstone import holders
-path, register = sys.argv[1], sys.argv[2] == "1"
-fh = open(path, "rb")
+path, register, modes = sys.argv[1], sys.argv[2] == "1", sys.argv[4].split(",")
+fhs = [open(path, mode) for mode in modes]
 if register:
     holders.register(sys.argv[3])
 print("ready", flush=True)
 sys.stdin.readline()
-fh.close()  # a client closed before the process exits
+for fh in fhs:
+    fh.close()  # a client closed before the process exits
 """
 
 EXITING = """
@@ -40,8 +41,10 @@ sys.stdin.readline()
 """
 
 
-def _holder(file: Path, store: Path, register: bool) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(file), "1" if register else "0", str(store)],
+def _holder(file: Path, store: Path, register: bool, modes: str = "r+b") -> subprocess.Popen[str]:
+    """A process holding ``file`` open, once per mode in ``modes`` (``r+b``: for writing, as a store's client
+    holds its database; ``rb``: only for reading)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(file), "1" if register else "0", str(store), modes],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"  # waits on the child, not on a sleep
     return proc
@@ -84,6 +87,42 @@ def test_a_process_holding_a_file_inside_is_foreign_until_it_registers(store):
     after = holders.holders(store)
     assert after.foreign == [] and after.registered == []
     assert not holders.registry_for(store).exists()
+
+
+def test_a_process_that_only_reads_the_files_is_named_apart_and_not_foreign(store):
+    """A copy, a backup or a read-only scan holds the files only for reading: it can write nothing back, so it
+    is listed as reading only, not as a foreign client; one descriptor open for writing among its reads makes
+    a process foreign."""
+    reader = _holder(store / "seg" / "data.bin", store, register=False, modes="rb,rb")
+    mixed = _holder(store / "seg" / "data.bin", store, register=False, modes="rb,r+b")
+    try:
+        seen = holders.holders(store)
+        assert [pid for pid, _ in seen.readers] == [reader.pid]
+        assert [pid for pid, _ in seen.foreign] == [mixed.pid]
+        evidence = seen.evidence()["other_holders"]
+        assert str(reader.pid) in evidence["reading_only"][0] and str(mixed.pid) in evidence["outside_tombstone"][0]
+    finally:
+        _stop(reader)
+        _stop(mixed)
+
+
+def test_a_holder_whose_open_modes_cannot_be_read_counts_as_foreign(store, monkeypatch):
+    """Where /proc/<pid>/fdinfo cannot be read, a holder is not assumed to be only reading."""
+    reader = _holder(store / "seg" / "data.bin", store, register=False, modes="rb")
+    try:
+        assert [pid for pid, _ in holders.holders(store).readers] == [reader.pid]
+        real = Path.read_text
+
+        def unreadable(self, *args, **kwargs):
+            if self.parent.name == "fdinfo":
+                raise PermissionError(13, "Permission denied")
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "read_text", unreadable)
+        seen = holders.holders(store)
+        assert [pid for pid, _ in seen.foreign] == [reader.pid] and seen.readers == []
+    finally:
+        _stop(reader)
 
 
 def test_a_file_outside_the_store_is_not_counted(store, tmp_path):
