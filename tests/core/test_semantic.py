@@ -451,3 +451,26 @@ def test_an_exact_rankings_rows_at_are_the_rows_of_its_vectors():
         assert gathered.shape == (len(positions), 8)
         assert np.array_equal(gathered, res.vectors[positions])
         assert all(np.array_equal(row, matrix[ids.index(res.ids[p])]) for row, p in zip(gathered, positions))
+
+
+def test_probe_queries_computed_together_are_the_numbers_computed_one_at_a_time():
+    """An artifact's fragment queries are computed as one array: each must be bit for bit what the fragment
+    gives on its own (its own vector's norm as np.linalg.norm takes it, the unit vectors as ``unit`` gives
+    them), including fragments shorter or longer than the vector and a zero one."""
+    rng = np.random.default_rng(13)
+    for n in range(40):
+        own = rng.standard_normal(384).astype(np.float32) * (n + 1)
+        frags = [rng.standard_normal(384 + (n % 3 - 1) * 7).astype(np.float32) for _ in range(n % 6)]
+        if n % 9 == 4:
+            frags.append(np.zeros(384, np.float32))
+        got = nb.probe_queries(own, frags)
+        o = np.asarray(own, dtype=np.float64)
+        norm = float(np.linalg.norm(o)) or 1.0
+        units = [nb.unit(nb.fit(f, 384)) for f in frags]
+        expected = [("own vector", o.astype(np.float32))]
+        expected += [(f"fragment {i + 1}", (norm * nb.unit(o / norm + f)).astype(np.float32)) for i, f in enumerate(units)]
+        if len(units) > 1:
+            expected.append(("fragments' mean",
+                             (norm * nb.unit(o / norm + nb.unit(np.mean(units, axis=0)))).astype(np.float32)))
+        assert [label for label, _ in got] == [label for label, _ in expected]
+        assert all(q.dtype == np.float32 and q.tobytes() == e.tobytes() for (_, q), (_, e) in zip(got, expected))

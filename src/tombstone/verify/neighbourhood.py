@@ -167,10 +167,13 @@ def probe_queries(own: np.ndarray, fragments: Sequence[np.ndarray]) -> list[tupl
     own = np.asarray(own, dtype=np.float64).ravel()
     norm = float(np.linalg.norm(own)) or 1.0
     u = own / norm
-    units = [unit(fit(f, len(own))) for f in fragments]
     out = [("own vector", own.astype(np.float32))]
-    for i, f in enumerate(units):
-        out.append((f"fragment {i + 1}", (norm * unit(u + f)).astype(np.float32)))
+    if not len(fragments):
+        return out
+    # every fragment's row at once: each row is computed on its own, the same numbers as one at a time
+    units = unit(np.stack([fit(f, len(own)) for f in fragments]))
+    anchored = (norm * unit(u + units)).astype(np.float32)
+    out += [(f"fragment {i + 1}", row) for i, row in enumerate(anchored)]
     if len(units) > 1:
         out.append(("fragments' mean", (norm * unit(u + unit(np.mean(units, axis=0)))).astype(np.float32)))
     return out
