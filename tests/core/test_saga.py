@@ -66,6 +66,38 @@ def test_journal_records_every_step_once(tomb):
         assert steps.index((step, "docs", "begin")) < steps.index((step, "docs", "end"))
 
 
+def test_a_long_step_detail_is_kept_deflated_and_reads_back_as_it_was_journaled(tomb):
+    """A step's detail past a few KB (a batch's verify results) is kept deflated in its journal row, as text:
+    ``step_result`` and ``journal_entries`` give back exactly what was journaled; a short one stays plain JSON,
+    and a long row written before details were deflated still reads back."""
+    import json
+
+    from tombstone.lineage.sagas import PACK_DETAIL_OVER, PACKED_DETAIL
+
+    write_docs(tomb, "alice", 2)
+    receipt, _ = tomb.erase("alice")
+    saga = receipt["saga_id"]
+    long = {"artifacts": {f"a-{n:04d}": {"status": {"status": "VERIFIED", "level": "physical"},
+                                         "probes": [{"level": "physical", "detail": {"files": ["x.bin"], "n": n,
+                                                                                     "text": "ünï \u2028 \"q\""}}]}
+                          for n in range(300)}}
+    tomb.lineage.journal(saga, "probe-test", "docs", "end", long)
+    tomb.lineage.journal(saga, "short-test", "docs", "end", {"ok": True})
+    assert tomb.lineage.step_result(saga, "probe-test", "docs") == long
+    assert tomb.lineage.step_result(saga, "short-test", "docs") == {"ok": True}
+    stored = dict(tomb.lineage._conn.execute("SELECT step, detail FROM journal WHERE saga_id = ? AND step LIKE"
+                                             " '%-test'", (saga,)).fetchall())
+    text = json.dumps(long, sort_keys=True, ensure_ascii=False)
+    assert len(text) > PACK_DETAIL_OVER and stored["probe-test"].startswith(PACKED_DETAIL)
+    assert len(stored["probe-test"]) < len(text) / 5
+    assert stored["short-test"] == '{"ok":true}'
+    entries = {e["step"]: e for e in tomb.lineage.journal_entries(saga)}
+    assert json.loads(entries["probe-test"]["detail"]) == long and entries["short-test"]["detail"] == '{"ok":true}'
+    with tomb.lineage.atomic() as conn:  # a row from before: the JSON itself, however long
+        conn.execute("UPDATE journal SET detail = ? WHERE saga_id = ? AND step = 'probe-test'", (text, saga))
+    assert tomb.lineage.step_result(saga, "probe-test", "docs") == long
+
+
 def test_erase_while_running_continues_the_same_saga(tomb):
     write_docs(tomb, "alice", 1)
     adapter = tomb.adapter("docs")
