@@ -32,6 +32,21 @@ def records(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and "stores" not in p.relative_to(root).parts]
 
 
+def journal_texts(root: Path, out: Path) -> Path:
+    """Every journal detail of the lineage db as the JSON text it holds (inflated where the row keeps it
+    deflated), written to ``out`` for the scan; at least one of them was deflated."""
+    from tombstone.lineage.sql import PACKED, unpacked_json_text
+
+    db = sqlite3.connect(root / "lineage.db")
+    try:
+        details = [row[0] for row in db.execute("SELECT detail FROM journal")]
+    finally:
+        db.close()
+    assert any(d.startswith(PACKED) for d in details), "no journal detail was long enough to be deflated"
+    out.write_text("\n".join(unpacked_json_text(d) for d in details), encoding="utf-8")
+    return out
+
+
 def erased_patterns(root: Path) -> dict[str, bytes]:
     """What must not survive the erasure in Tombstone's records, read before it."""
     patterns: dict[str, bytes] = {}
@@ -83,13 +98,16 @@ def test_after_an_erasure_the_records_hold_no_fingerprint_hash_or_probe_vector(t
 
     result = run("erase", SUBJECT, "--config", str(config))
     assert result.exit_code == 0, result.output
-    after = scan_files(records(root), patterns)
+    # the journal keeps its long step details deflated: they are scanned as the text they hold, too
+    inflated = journal_texts(root, tmp_path / "journal-inflated.txt")
+    after = scan_files(records(root) + [inflated], patterns)
     left = {k: sorted({Path(h.file).name for h in after.found(k)}) for k in patterns if after.found(k)}
     assert not left, f"Tombstone's records keep erased content: {left}"
     assert any(p.name.startswith("lineage.db") for p in records(root))  # the db itself was scanned
 
     # the receipt carries no fingerprint in the clear, but the auditor's key opens the sealed patterns
     receipt = Receipt.load(root / "receipts" / f"{SUBJECT}.json")
+    assert all(a.artifact_id in inflated.read_text() for a in receipt.artifacts)  # the details were read
     assert all(a.fingerprint is None and a.inv_norm is None for a in receipt.artifacts)
     vectors = [a for a in receipt.artifacts if a.sealed_patterns]
     assert vectors, "vector artifacts have sealed patterns when an auditor key is configured"

@@ -72,7 +72,7 @@ def test_a_long_step_detail_is_kept_deflated_and_reads_back_as_it_was_journaled(
     and a long row written before details were deflated still reads back."""
     import json
 
-    from tombstone.lineage.sagas import PACK_DETAIL_OVER, PACKED_DETAIL
+    from tombstone.lineage.sql import PACK_OVER, PACKED
 
     write_docs(tomb, "alice", 2)
     receipt, _ = tomb.erase("alice")
@@ -88,7 +88,7 @@ def test_a_long_step_detail_is_kept_deflated_and_reads_back_as_it_was_journaled(
     stored = dict(tomb.lineage._conn.execute("SELECT step, detail FROM journal WHERE saga_id = ? AND step LIKE"
                                              " '%-test'", (saga,)).fetchall())
     text = json.dumps(long, sort_keys=True, ensure_ascii=False)
-    assert len(text) > PACK_DETAIL_OVER and stored["probe-test"].startswith(PACKED_DETAIL)
+    assert len(text) > PACK_OVER and stored["probe-test"].startswith(PACKED)
     assert len(stored["probe-test"]) < len(text) / 5
     assert stored["short-test"] == '{"ok":true}'
     entries = {e["step"]: e for e in tomb.lineage.journal_entries(saga)}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import zlib
 from collections.abc import Iterable, Sequence
@@ -10,7 +9,7 @@ from typing import Any
 
 from tombstone.errors import LineageError
 from tombstone.lineage.records import ArtifactRecord
-from tombstone.lineage.sql import for_ids, json_text
+from tombstone.lineage.sql import for_ids, packed_json_text, unpacked_json_text
 
 
 def packed(body: bytes) -> bytes:
@@ -24,30 +23,6 @@ def unpacked(data: bytes) -> bytes:
     """The canonical bytes ``packed`` kept. A row sealed before rows were deflated holds the JSON itself,
     which begins with ``{``; a zlib stream never does."""
     return data if data[:1] == b"{" else zlib.decompress(data)
-
-
-PACKED_DETAIL = "z:"
-"""How a journaled detail kept deflated begins (base64 of its zlib stream after it); JSON text never does."""
-PACK_DETAIL_OVER = 2048
-"""Details longer than this (characters of JSON) are kept deflated: a batch's verify step journals each
-subject's probe results, about 100 KB of JSON a subject that states its stores' evidence once per artifact."""
-
-
-def detail_text(detail: dict[str, Any] | None) -> str:
-    """A journal detail as its row keeps it: JSON text, or, past ``PACK_DETAIL_OVER`` characters, deflated and
-    in base64 after ``PACKED_DETAIL`` (text, so the column is the same in SQLite and PostgreSQL)."""
-    text = json_text(detail or {})
-    if len(text) <= PACK_DETAIL_OVER:
-        return text
-    return PACKED_DETAIL + base64.b64encode(zlib.compress(text.encode("utf-8"), 1)).decode("ascii")
-
-
-def detail_json(text: str) -> str:
-    """The JSON text of a journal row's detail, as ``detail_text`` was given it (a row written before details
-    were deflated holds the JSON itself)."""
-    if text.startswith(PACKED_DETAIL):
-        return zlib.decompress(base64.b64decode(text[len(PACKED_DETAIL):])).decode("utf-8")
-    return text
 
 
 class SagaRecords:
@@ -111,7 +86,7 @@ class SagaRecords:
         with self.atomic() as conn:
             conn.executemany(
                 "INSERT INTO journal (saga_id, step, target, phase, at, detail, worker) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(saga_id, step, target, phase, now, detail_text(detail), self.worker)
+                [(saga_id, step, target, phase, now, packed_json_text(detail or {}), self.worker)
                  for saga_id, step, target, phase, detail in entries])
 
     def step_result(self, saga_id: str, step: str, target: str = "") -> dict[str, Any] | None:
@@ -121,12 +96,12 @@ class SagaRecords:
             " ORDER BY seq DESC LIMIT 1",
             (saga_id, step, target),
         ).fetchone()
-        return json.loads(detail_json(row[0])) if row else None
+        return json.loads(unpacked_json_text(row[0])) if row else None
 
     def journal_entries(self, saga_id: str) -> list[dict[str, Any]]:
         """The saga's journal rows in order, each ``detail`` as JSON text (inflated where it was kept deflated)."""
         rows = self._conn.execute("SELECT * FROM journal WHERE saga_id = ? ORDER BY seq", (saga_id,))
-        return [{**dict(row), "detail": detail_json(row["detail"])} for row in rows]
+        return [{**dict(row), "detail": unpacked_json_text(row["detail"])} for row in rows]
 
     # -- dead letters -------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@ stored details, and the hook run before probe vectors are read."""
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -30,6 +32,31 @@ def json_text(obj: Any) -> str:
         return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode("utf-8")
     except TypeError:
         return json.dumps(obj, sort_keys=True)
+
+
+PACKED = "z:"
+"""How JSON text kept deflated begins (base64 of its zlib stream after it); JSON text of an object never does."""
+PACK_OVER = 2048
+"""JSON text longer than this (characters) is kept deflated by ``packed_json_text``."""
+
+
+def packed_json_text(obj: Any) -> str:
+    """``json_text`` of ``obj``, or, past ``PACK_OVER`` characters, that text deflated and in base64 after
+    ``PACKED``: still text, so the column is the same in SQLite and PostgreSQL. For the saga journal's long
+    details (a verify step's results restate the same names and evidence for every artifact, about 100 KB a
+    subject in a batch, and shrink about tenfold)."""
+    text = json_text(obj)
+    if len(text) <= PACK_OVER:
+        return text
+    return PACKED + base64.b64encode(zlib.compress(text.encode("utf-8"), 1)).decode("ascii")
+
+
+def unpacked_json_text(text: str) -> str:
+    """The JSON text ``packed_json_text`` was given (a row written before long texts were deflated holds the JSON
+    itself)."""
+    if text.startswith(PACKED):
+        return zlib.decompress(base64.b64decode(text[len(PACKED):])).decode("utf-8")
+    return text
 
 
 def parts(values: list, size: int = 500) -> Iterator[list]:
