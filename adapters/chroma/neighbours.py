@@ -120,8 +120,8 @@ class ChromaNeighbours:
             self._counted = (state, col.count())
         return self._counted[1]
 
-    def _all_embeddings(self, col: Any, count: int | None = None) -> tuple[list[str], np.ndarray]:
-        state = (self._state(), self._count(col) if count is None else count)
+    def _all_embeddings(self, col: Any) -> tuple[list[str], np.ndarray]:
+        state = self._state()  # read before the embeddings: a write between the two is seen by the next call
         if self._embeddings is not None and self._embeddings[0] == state:
             return self._embeddings[1], self._embeddings[2]
         got = col.get(include=["embeddings"])
@@ -140,7 +140,7 @@ class ChromaNeighbours:
         vectors = np.asarray(vectors, dtype=np.float32)
         count = self._count(col)
         if 0 < count <= EXACT_UP_TO:
-            ids, matrix = self._all_embeddings(col, count)
+            ids, matrix = self._all_embeddings(col)
             if len(ids) and matrix.ndim == 2 and matrix.shape[1] == vectors.shape[1]:
                 return rank_exact(self._space(), ids, matrix, vectors, k, frozenset(exclude))
         fetch = min(count, k + len(exclude))
@@ -179,7 +179,7 @@ class ChromaNeighbours:
         ids = list(ids)
         count = self._count(col)
         if 0 < count <= EXACT_UP_TO:
-            names, matrix = self._all_embeddings(col, count)
+            names, matrix = self._all_embeddings(col)
             if matrix.ndim == 2 and len(names) == len(matrix):
                 if self._rows is None:
                     self._rows = {name: row for row, name in enumerate(names)}

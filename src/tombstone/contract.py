@@ -409,17 +409,17 @@ class Adapter(abc.ABC):
 # -- the registry ---------------------------------------------------------------------------------
 
 
-_REGISTRY: dict[tuple[Any, ...], list[EntryPoint]] = {}
+_registry: tuple[tuple[Any, ...], list[EntryPoint]] | None = None
 
 
 def _entry_points() -> list[EntryPoint]:
     """The group's entry points, read once per import path: reading them walks every installed
     distribution's metadata (about 12 ms here), and an erasure opens several stores."""
+    global _registry
     key = (entry_points, tuple(sys.path))
-    if key not in _REGISTRY:
-        _REGISTRY.clear()
-        _REGISTRY[key] = list(entry_points(group=ENTRY_POINT_GROUP))
-    return _REGISTRY[key]
+    if _registry is None or _registry[0] != key:
+        _registry = (key, list(entry_points(group=ENTRY_POINT_GROUP)))
+    return _registry[1]
 
 
 def install_hint(backend: str) -> str:

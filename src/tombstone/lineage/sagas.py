@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tombstone.errors import LineageError
 from tombstone.lineage.records import ArtifactRecord
-from tombstone.lineage.sql import for_ids, packed_json_text, unpacked_json_text
-
-
-def packed(body: bytes) -> bytes:
-    """A receipt's canonical bytes as the chain row keeps them (before sealing): deflated. A receipt states
-    each store's evidence once per artifact, so its JSON shrinks about fifty-fold, and a batch's chain rows
-    are written in a few hundred kilobytes rather than tens of megabytes."""
-    return zlib.compress(body, 1)
-
-
-def unpacked(data: bytes) -> bytes:
-    """The canonical bytes ``packed`` kept. A row sealed before rows were deflated holds the JSON itself,
-    which begins with ``{``; a zlib stream never does."""
-    return data if data[:1] == b"{" else zlib.decompress(data)
+from tombstone.lineage.sql import for_ids, packed, packed_json_text, unpacked, unpacked_json_text
 
 
 class SagaRecords:
@@ -155,7 +141,8 @@ class SagaRecords:
         return self._opened(row[0]) if row else None
 
     def _opened(self, sealed: bytes) -> bytes:
-        """A chain row's receipt: its canonical bytes, unsealed and inflated (see :func:`packed`)."""
+        """A chain row's receipt: its canonical bytes, unsealed and inflated (kept deflated before sealing: a
+        receipt states each store's evidence once per artifact, and shrinks about fifty-fold)."""
         return unpacked(self.secret.unseal(bytes(sealed)))
 
     def append_receipts(self, rows: Sequence[tuple[str, str, str, str | None, bytes, Iterable[ArtifactRecord]]]

@@ -40,6 +40,18 @@ PACK_OVER = 2048
 """JSON text longer than this (characters) is kept deflated by ``packed_json_text``."""
 
 
+def packed(data: bytes) -> bytes:
+    """``data`` deflated for keeping (zlib, its fastest level: what is kept restates the same names and
+    evidence for every artifact, and shrinks tenfold and more even so)."""
+    return zlib.compress(data, 1)
+
+
+def unpacked(data: bytes) -> bytes:
+    """What ``packed`` was given. Data kept before it was deflated is JSON, which begins with ``{``; a zlib
+    stream never does."""
+    return data if data[:1] == b"{" else zlib.decompress(data)
+
+
 def packed_json_text(obj: Any) -> str:
     """``json_text`` of ``obj``, or, past ``PACK_OVER`` characters, that text deflated and in base64 after
     ``PACKED``: still text, so the column is the same in SQLite and PostgreSQL. For the saga journal's long
@@ -48,14 +60,14 @@ def packed_json_text(obj: Any) -> str:
     text = json_text(obj)
     if len(text) <= PACK_OVER:
         return text
-    return PACKED + base64.b64encode(zlib.compress(text.encode("utf-8"), 1)).decode("ascii")
+    return PACKED + base64.b64encode(packed(text.encode("utf-8"))).decode("ascii")
 
 
 def unpacked_json_text(text: str) -> str:
     """The JSON text ``packed_json_text`` was given (a row written before long texts were deflated holds the JSON
     itself)."""
     if text.startswith(PACKED):
-        return zlib.decompress(base64.b64decode(text[len(PACKED):])).decode("utf-8")
+        return unpacked(base64.b64decode(text[len(PACKED):])).decode("utf-8")
     return text
 
 
