@@ -258,16 +258,17 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         steps = ["DELETE"]
         kill_point("reclaim:pgvector:after-delete")
         # VACUUM FULL copies a deleted row to the new file while any transaction that could still see it runs
-        # (one that began before the DELETE committed: another session's ANALYZE, a probe, a reader): wait,
-        # bounded, until none of this database's other sessions holds a snapshot or an id that old.
+        # (one that began before the DELETE committed: another session's ANALYZE, a probe, a reader), and while
+        # any transaction older than the DELETE still runs on the server, in any database (it is in VACUUM's
+        # own snapshot): wait, bounded, until none does.
         held = self._older_sessions(xid)
         deadline = time.monotonic() + float(self.options.get("lock_wait", STORE_LOCK_WAIT))
         while held and time.monotonic() < deadline:
             time.sleep(0.05)
             held = self._older_sessions(xid)
         if held:
-            steps.append(f"{len(held)} other session(s) kept a snapshot from before the DELETE ({', '.join(held)}):"
-                         " VACUUM FULL may keep the rows they can still see")
+            steps.append(f"{len(held)} other session(s) kept a snapshot or a transaction from before the DELETE"
+                         f" ({', '.join(held)}): VACUUM FULL may keep the rows they can still see")
         # VACUUM FULL writes the table into a new file and builds every index of it from the rows it copied, the
         # HNSW graph included: no index keeps a deleted row's vector after it, and a REINDEX before it would
         # build the graph twice (the costliest statement here, growing with the table). REINDEX runs only
@@ -299,14 +300,26 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
                 "checkpoint": self._checkpoint(), "credit": "REINDEX + VACUUM idea: the vector-forget project"}
 
     def _older_sessions(self, xid8: int) -> list[str]:
-        """Other sessions of this database whose snapshot or transaction began before transaction ``xid8``
-        committed (``pid state``)."""
+        """What keeps rows deleted by transaction ``xid8`` visible to a VACUUM FULL starting now: another session
+        of this database whose snapshot or transaction began before ``xid8`` committed, and any transaction
+        still running with an id at or below ``xid8``, in whichever database (``pid state``, or the
+        transaction's id where no session shows it). The second matters because every snapshot taken while
+        such a transaction runs, VACUUM FULL's own included, counts it as running: the lineage db's writes on
+        the same server hold this table's deleted rows back as surely as a reader of the table does."""
+        xid = str(xid8 % 2**32)
         rows = self.conn.execute(
-            "SELECT pid, state FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            " AND ((backend_xmin IS NOT NULL AND age(backend_xmin) >= age(%s::text::xid))"
+            "SELECT pid, state FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND ("
+            " (datname = current_database() AND backend_xmin IS NOT NULL AND age(backend_xmin) >= age(%s::text::xid))"
             " OR (backend_xid IS NOT NULL AND age(backend_xid) >= age(%s::text::xid)))",
-            (str(xid8 % 2**32), str(xid8 % 2**32))).fetchall()
-        return [f"pid {pid} {state}" for pid, state in rows]
+            (xid, xid)).fetchall()
+        held = [f"pid {pid} {state}" for pid, state in rows]
+        if not held:
+            # A transaction no session shows (a prepared one) is still in every snapshot: the oldest id a
+            # snapshot counts as running misses none.
+            oldest = int(self.conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()[0])
+            if oldest <= xid8:
+                held.append(f"transaction {oldest}, which no session shows (a prepared transaction?)")
+        return held
 
     def _largest_graph(self) -> int:
         """Bytes of the table's largest HNSW index (0 where it has none): the graph its rebuild holds."""

@@ -3,12 +3,15 @@ set): conformance, controls (dead tuples, HNSW index, planner statistics), recla
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 import time
 import uuid
 import zlib
 from unittest import mock
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
@@ -174,13 +177,36 @@ def test_k_nearest_visible_rows_come_back_when_hidden_rows_outrank_them(ptomb, a
     assert store.count() == 40 and {r["id"] for r in store.get(ids=mine + theirs[:3])} == set(theirs[:3])
 
 
+@contextlib.contextmanager
+def held_session(dsn: str, begin: str, seconds: float, statement: str = "SELECT 1"):
+    """Another session, in a transaction opened by ``begin`` that has run ``statement``, kept open for
+    ``seconds`` or until the block ends, whichever comes first; it has ended when the block returns."""
+    ready, stop = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(begin)
+            conn.execute(statement).fetchone()
+            ready.set()
+            stop.wait(seconds)
+            conn.execute("ROLLBACK")
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert ready.wait(30)
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+        assert not thread.is_alive()
+
+
 def test_the_vacuum_waits_for_a_snapshot_from_before_the_delete_and_names_one_that_outlasts_it(tmp_path, dsn, admin):
     """VACUUM FULL copies a deleted row into the new file while another session could still see it. The reclaim
     waits for such sessions: one that ends within the wait costs nothing (VERIFIED); one that outlasts it
     (bounded by ``lock_wait``) is named in the reclaim's steps and the probe finds the rows it kept (RESIDUAL,
     the control): never VERIFIED by omission."""
-    import threading
-
     table = f"chunks_{uuid.uuid4().hex[:10]}"
     config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
                                                           "lock_wait": 4}})
@@ -191,31 +217,51 @@ def test_the_vacuum_waits_for_a_snapshot_from_before_the_delete_and_names_one_th
                 [f"{subject}-row-{i}" for i in range(3)], documents=[text(f"{subject}-{i}") for i in range(3)],
                 subject=subject)
 
-        def holding(seconds: float) -> threading.Event:
-            """Another session with a snapshot taken now, kept for ``seconds``."""
-            ready = threading.Event()
-
-            def hold() -> None:
-                with psycopg.connect(dsn) as conn:
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                    conn.execute("SELECT 1").fetchone()  # the snapshot, and no lock on the table
-                    ready.set()
-                    time.sleep(seconds)
-                    conn.rollback()
-
-            threading.Thread(target=hold, daemon=True).start()
-            assert ready.wait(30)
-            return ready
-
-        holding(0.8)  # ends within the wait
-        receipt, _ = tomb.erase("alice")
+        # a snapshot taken now, and no lock on the table
+        with held_session(dsn, "BEGIN ISOLATION LEVEL REPEATABLE READ", 0.8):  # ends within the wait
+            receipt, _ = tomb.erase("alice")
         assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
         assert "kept a snapshot" not in json.dumps([a["evidence"]["reclaim"] for a in receipt["artifacts"]])
-        holding(12)  # outlasts the 4 s wait
-        receipt, _ = tomb.erase("bob")
+        with held_session(dsn, "BEGIN ISOLATION LEVEL REPEATABLE READ", 12):  # outlasts the 4 s wait
+            receipt, _ = tomb.erase("bob")
         reclaim = json.dumps(receipt["artifacts"][0]["evidence"]["reclaim"])
-        assert "1 other session(s) kept a snapshot from before the DELETE" in reclaim, reclaim
+        assert "1 other session(s) kept a snapshot or a transaction from before the DELETE" in reclaim, reclaim
         assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("RESIDUAL", "physical")}
+
+
+def test_the_vacuum_waits_for_a_write_in_another_database_of_the_same_server(tmp_path, dsn, admin):
+    """A transaction that writes in another database of the server (a lineage db kept there, another
+    application) and began before the DELETE is in every snapshot taken while it runs, VACUUM FULL's own
+    included: the rows it deleted would be copied into the new file. The reclaim waits for it: one that ends
+    within the wait costs nothing (VERIFIED); one that outlasts it is named, and the probe finds the rows the
+    VACUUM kept (RESIDUAL, the control that the wait is what makes the difference)."""
+    other = f"elsewhere_{uuid.uuid4().hex[:8]}"
+    admin.execute(f"CREATE DATABASE {other}")
+    parts = urlsplit(dsn)
+    other_dsn = urlunsplit(parts._replace(path=f"/{other}"))
+    table = f"chunks_{uuid.uuid4().hex[:10]}"
+    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
+                                                          "lock_wait": 4}})
+    PgVectorStore(admin, table, dim=DIM)
+    try:
+        with Tombstone(config, clock=FrozenClock()) as tomb:
+            for subject in ("alice", "bob", "carol"):
+                PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM)).add(
+                    [f"{subject}-row-{i}" for i in range(3)], documents=[text(f"{subject}-{i}") for i in range(3)],
+                    subject=subject)
+
+            # a transaction of the other database with an id of its own, as any write takes
+            with held_session(other_dsn, "BEGIN", 0.8, "SELECT pg_current_xact_id()"):  # ends within the wait
+                receipt, _ = tomb.erase("alice")
+            assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+            assert "before the DELETE" not in json.dumps([a["evidence"]["reclaim"] for a in receipt["artifacts"]])
+            with held_session(other_dsn, "BEGIN", 12, "SELECT pg_current_xact_id()"):  # outlasts the 4 s wait
+                receipt, _ = tomb.erase("bob")
+            reclaim = json.dumps(receipt["artifacts"][0]["evidence"]["reclaim"])
+            assert "kept a snapshot or a transaction from before the DELETE" in reclaim, reclaim
+            assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("RESIDUAL", "physical")}
+    finally:
+        admin.execute(f"DROP DATABASE {other} WITH (FORCE)")
 
 
 def test_plain_delete_control_heap_and_hnsw_then_reclaim(ptomb, admin):

@@ -4,6 +4,7 @@ unless TOMBSTONE_TEST_PG_DSN is set), procrastinate's queue in it, worker proces
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -194,7 +195,9 @@ def test_workers_share_the_queue_and_a_killed_workers_saga_is_finished_by_anothe
     receipts = [load_receipt(config.receipts_dir / f"{ref}.json") for ref in erased]
     for receipt in receipts:
         verify(receipt, public)
-        assert receipt["summary"]["VERIFIED"] == len(receipt["artifacts"]) == 6
+        assert receipt["summary"]["VERIFIED"] == len(receipt["artifacts"]) == 6, [
+            (a["backend"], a["status"], a["level"], a.get("reason"), json.dumps(a["evidence"]["reclaim"]))
+            for a in receipt["artifacts"] if a["status"] != "VERIFIED"]
     assert sorted(r["sequence"] for r in receipts) == list(range(1, ERASED + 1))
     assert check_chain(receipts, None).startswith(f"ok ({ERASED} receipts")
     assert journal("SELECT count(*) FROM receipts")[0][0] == ERASED
