@@ -263,8 +263,10 @@ class PgVectorAdapter(PgVectorHooks, Adapter):
         # own snapshot): wait, bounded, until none does.
         held = self._older_sessions(xid)
         deadline = time.monotonic() + float(self.options.get("lock_wait", STORE_LOCK_WAIT))
+        pause = 0.001  # most are another worker's journal write, over in milliseconds; the table stays locked meanwhile
         while held and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
             held = self._older_sessions(xid)
         if held:
             steps.append(f"{len(held)} other session(s) kept a snapshot or a transaction from before the DELETE"
