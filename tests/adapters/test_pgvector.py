@@ -264,6 +264,65 @@ def test_the_vacuum_waits_for_a_write_in_another_database_of_the_same_server(tmp
         admin.execute(f"DROP DATABASE {other} WITH (FORCE)")
 
 
+@pytest.mark.slow
+def test_the_vacuum_waits_for_a_prepared_transaction_no_session_shows(tmp_path):
+    """A prepared transaction (two-phase commit) belongs to no session, so pg_stat_activity shows none, yet it
+    is in every snapshot until it is committed or rolled back: the reclaim finds it through the oldest id a
+    fresh snapshot counts as running. Ended within the wait: VERIFIED; left prepared: named in the steps and
+    RESIDUAL(physical), the control. On an embedded server of its own, started with prepared transactions
+    allowed, and stopped at the end."""
+    from tombstone_adapters.pgvector.server import stop_embedded
+
+    data = tmp_path / "pg2pc"
+    server = embedded_dsn(data)
+    try:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET max_prepared_transactions = 4")
+        stop_embedded(data)
+        server = embedded_dsn(data)  # started again, with the setting
+        table = f"chunks_{uuid.uuid4().hex[:10]}"
+        config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": server, "table": table,
+                                                              "lock_wait": 4}})
+        with psycopg.connect(server, autocommit=True) as admin:
+            PgVectorStore(admin, table, dim=DIM)
+            with Tombstone(config, clock=FrozenClock()) as tomb:
+                for subject in ("alice", "bob", "carol"):
+                    PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM)).add(
+                        [f"{subject}-row-{i}" for i in range(3)],
+                        documents=[text(f"{subject}-{i}") for i in range(3)], subject=subject)
+
+                def prepared(gid: str) -> str:
+                    with psycopg.connect(server, autocommit=True) as conn:
+                        conn.execute("BEGIN")
+                        xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+                        conn.execute(f"PREPARE TRANSACTION '{gid}'")
+                    assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_xid::text = %s",
+                                         (xid,)).fetchone()[0] == 0  # no session shows it
+                    return xid
+
+                def roll_back(gid: str) -> None:
+                    with psycopg.connect(server, autocommit=True) as conn:
+                        conn.execute(f"ROLLBACK PREPARED '{gid}'")
+
+                prepared("short")
+                ended = threading.Timer(0.8, roll_back, ("short",))
+                ended.start()  # ends within the wait
+                receipt, _ = tomb.erase("alice")
+                ended.join()
+                assert {a["status"] for a in receipt["artifacts"]} == {"VERIFIED"}
+                assert "before the DELETE" not in json.dumps([a["evidence"]["reclaim"] for a in receipt["artifacts"]])
+                xid = prepared("long")  # outlasts the 4 s wait
+                try:
+                    receipt, _ = tomb.erase("bob")
+                finally:
+                    admin.execute("ROLLBACK PREPARED 'long'")
+                reclaim = json.dumps(receipt["artifacts"][0]["evidence"]["reclaim"])
+                assert f"transaction {xid}, which no session shows (a prepared transaction?)" in reclaim, reclaim
+                assert {(a["status"], a["level"]) for a in receipt["artifacts"]} == {("RESIDUAL", "physical")}
+    finally:
+        stop_embedded(data)
+
+
 def test_plain_delete_control_heap_and_hnsw_then_reclaim(ptomb, admin):
     """Control: after a plain DELETE the vector is still in the heap and in the HNSW index relation, and
     the probe says so; after the reclaim neither the probe nor an independent read finds anything."""
