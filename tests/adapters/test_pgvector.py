@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 import zlib
+from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit, urlunsplit
 
@@ -202,21 +203,27 @@ def held_session(dsn: str, begin: str, seconds: float, statement: str = "SELECT 
         assert not thread.is_alive()
 
 
+def waiting_deployment(tmp_path, dsn: str, admin) -> Any:
+    """A pgvector deployment on ``dsn`` whose reclaim waits at most 4 s for older transactions, holding three
+    rows each of alice, bob and carol."""
+    table = f"chunks_{uuid.uuid4().hex[:10]}"
+    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
+                                                          "lock_wait": 4}})
+    PgVectorStore(admin, table, dim=DIM)
+    with Tombstone(config) as tomb:
+        for subject in ("alice", "bob", "carol"):
+            PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM)).add(
+                [f"{subject}-row-{i}" for i in range(3)], documents=[text(f"{subject}-{i}") for i in range(3)],
+                subject=subject)
+    return config
+
+
 def test_the_vacuum_waits_for_a_snapshot_from_before_the_delete_and_names_one_that_outlasts_it(tmp_path, dsn, admin):
     """VACUUM FULL copies a deleted row into the new file while another session could still see it. The reclaim
     waits for such sessions: one that ends within the wait costs nothing (VERIFIED); one that outlasts it
     (bounded by ``lock_wait``) is named in the reclaim's steps and the probe finds the rows it kept (RESIDUAL,
     the control): never VERIFIED by omission."""
-    table = f"chunks_{uuid.uuid4().hex[:10]}"
-    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
-                                                          "lock_wait": 4}})
-    PgVectorStore(admin, table, dim=DIM)
-    with Tombstone(config, clock=FrozenClock()) as tomb:
-        for subject in ("alice", "bob", "carol"):
-            PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM)).add(
-                [f"{subject}-row-{i}" for i in range(3)], documents=[text(f"{subject}-{i}") for i in range(3)],
-                subject=subject)
-
+    with Tombstone(waiting_deployment(tmp_path, dsn, admin), clock=FrozenClock()) as tomb:
         # a snapshot taken now, and no lock on the table
         with held_session(dsn, "BEGIN ISOLATION LEVEL REPEATABLE READ", 0.8):  # ends within the wait
             receipt, _ = tomb.erase("alice")
@@ -239,17 +246,8 @@ def test_the_vacuum_waits_for_a_write_in_another_database_of_the_same_server(tmp
     admin.execute(f"CREATE DATABASE {other}")
     parts = urlsplit(dsn)
     other_dsn = urlunsplit(parts._replace(path=f"/{other}"))
-    table = f"chunks_{uuid.uuid4().hex[:10]}"
-    config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": dsn, "table": table,
-                                                          "lock_wait": 4}})
-    PgVectorStore(admin, table, dim=DIM)
     try:
-        with Tombstone(config, clock=FrozenClock()) as tomb:
-            for subject in ("alice", "bob", "carol"):
-                PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM)).add(
-                    [f"{subject}-row-{i}" for i in range(3)], documents=[text(f"{subject}-{i}") for i in range(3)],
-                    subject=subject)
-
+        with Tombstone(waiting_deployment(tmp_path, dsn, admin), clock=FrozenClock()) as tomb:
             # a transaction of the other database with an id of its own, as any write takes
             with held_session(other_dsn, "BEGIN", 0.8, "SELECT pg_current_xact_id()"):  # ends within the wait
                 receipt, _ = tomb.erase("alice")
@@ -280,16 +278,8 @@ def test_the_vacuum_waits_for_a_prepared_transaction_no_session_shows(tmp_path):
             conn.execute("ALTER SYSTEM SET max_prepared_transactions = 4")
         stop_embedded(data)
         server = embedded_dsn(data)  # started again, with the setting
-        table = f"chunks_{uuid.uuid4().hex[:10]}"
-        config = init_deployment(tmp_path / "deploy", {"pg": {"backend": "pgvector", "dsn": server, "table": table,
-                                                              "lock_wait": 4}})
         with psycopg.connect(server, autocommit=True) as admin:
-            PgVectorStore(admin, table, dim=DIM)
-            with Tombstone(config, clock=FrozenClock()) as tomb:
-                for subject in ("alice", "bob", "carol"):
-                    PgVectorStore(admin, table, lineage=tomb.lineage, store="pg", embedder=HashingEmbedder(DIM)).add(
-                        [f"{subject}-row-{i}" for i in range(3)],
-                        documents=[text(f"{subject}-{i}") for i in range(3)], subject=subject)
+            with Tombstone(waiting_deployment(tmp_path, server, admin), clock=FrozenClock()) as tomb:
 
                 def prepared(gid: str) -> str:
                     with psycopg.connect(server, autocommit=True) as conn:
