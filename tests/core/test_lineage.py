@@ -81,6 +81,56 @@ def test_atomic_nested_savepoint_rolls_back_inner_only(tmp_path):
     db.close()
 
 
+def test_bulk_writes_inside_a_larger_transaction_take_no_savepoint_and_still_land_all_or_nothing(tmp_path):
+    """A verify step's state change, suppression clearing and probe purge share one transaction. Each of them
+    joins it without a savepoint of its own (under one, SQLite first copies every page the statement changes
+    into the savepoint's journal: a batch's purge of its probe vectors ran three times as slow). A failure later
+    in the enclosing block still undoes all of it; at the top level each is its own transaction."""
+    import numpy as np
+
+    db = LineageDB(tmp_path / "l.db", SECRET, create=True)
+    db.record_artifacts("alice", [art("a1"), art("a2")],
+                        probes=[("s", aid, q * 64, np.ones(8)) for aid in ("a1", "a2") for q in "pq"])
+    arts = [db.artifact("s", "a1"), db.artifact("s", "a2")]
+    db.record_suppressions("saga-1", arts)
+
+    def hidden() -> set[str]:
+        return {r[0] for r in db._conn.execute("SELECT artifact_id FROM suppressions WHERE cleared_at IS NULL")}
+
+    statements: list[str] = []
+    db._conn.set_trace_callback(statements.append)
+    try:
+        with pytest.raises(RuntimeError):
+            with db.atomic():
+                db.set_state(arts, "decided")
+                db.clear_suppressions(arts)
+                db.purge_probes(arts)
+                raise RuntimeError("after the writes, inside the enclosing transaction")
+    finally:
+        db._conn.set_trace_callback(None)
+    assert [s for s in statements if s.upper().startswith(("BEGIN", "COMMIT", "ROLLBACK"))] == ["BEGIN IMMEDIATE",
+                                                                                                  "ROLLBACK"]
+    assert not [s for s in statements if "SAVEPOINT" in s.upper()], statements
+    # the enclosing rollback undid every one of them
+    assert {a.artifact_id: a.state for a in db.artifacts_for(db.subject_key("alice"))} == {"a1": "live", "a2": "live"}
+    assert len(db.probes_for("s", "a1")) == 2 and hidden() == {"a1", "a2"}
+    # the same block without the failure lands whole
+    with db.atomic():
+        db.set_state(arts, "decided")
+        db.clear_suppressions(arts)
+        db.purge_probes(arts)
+    assert {a.state for a in db.artifacts_for(db.subject_key("alice"))} == {"decided"}
+    assert db.probes_for("s", "a1") == [] and hidden() == set()
+    # a default nested block is still a savepoint (test_atomic_nested_savepoint_rolls_back_inner_only)
+    statements.clear()
+    db._conn.set_trace_callback(statements.append)
+    with db.atomic(), db.atomic():
+        pass
+    db._conn.set_trace_callback(None)
+    assert "SAVEPOINT sp1" in statements
+    db.close()
+
+
 def test_fingerprint_round_trip_and_probes(tmp_path):
     db = LineageDB(tmp_path / "l.db", SECRET, create=True)
     fp = tuple(float(i) / 8 for i in range(32))

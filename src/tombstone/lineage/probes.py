@@ -99,7 +99,7 @@ class ProbeRecords:
 
     def purge_probes(self, artifacts: Iterable[ArtifactRecord]) -> None:
         keys = [(a.store, a.artifact_id) for a in artifacts]
-        with self.atomic() as conn:
+        with self.atomic(savepoint=False) as conn:
             for_ids(conn, "DELETE FROM probes WHERE store = ? AND artifact_id IN ({ids})", keys)
             for_ids(conn, "DELETE FROM probe_captures WHERE store = ? AND artifact_id IN ({ids})", keys)
 

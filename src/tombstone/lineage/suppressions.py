@@ -19,7 +19,7 @@ class SuppressionRecords:
         """The durable suppression record: from its commit on, every wrapper hides the artifacts."""
         now = self._now()
         artifacts = list(artifacts)
-        with self.atomic() as conn:
+        with self.atomic(savepoint=False) as conn:
             conn.executemany(
                 "INSERT INTO suppressions (store, artifact_id, saga_id, suppressed_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (store, artifact_id) DO UPDATE SET cleared_at = NULL",
@@ -31,7 +31,7 @@ class SuppressionRecords:
         """The store's reclaim removed these records: wrappers need not filter them any more."""
         now = self._now()
         artifacts = list(artifacts)
-        with self.atomic() as conn:
+        with self.atomic(savepoint=False) as conn:
             for_ids(conn, "UPDATE suppressions SET cleared_at = ? WHERE store = ? AND artifact_id IN ({ids})"
                      " AND cleared_at IS NULL", [(a.store, a.artifact_id) for a in artifacts], (now,))
             self._bump_generations(conn, {a.store for a in artifacts})
