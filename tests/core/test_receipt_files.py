@@ -103,6 +103,58 @@ def test_the_file_is_chosen_when_the_saga_is_created(tomb):
     assert free_receipt_path(tomb.context, tomb.config.receipts_dir / "bob.json", "another").name == "bob.json"
 
 
+def test_a_batch_reads_the_files_unfinished_sagas_chose_once_and_gives_each_saga_its_own(tomb, monkeypatch):
+    """A batch's new sagas choose their files against those of every unfinished saga (one left running by an
+    earlier erasure, and each chosen earlier in the same batch), reading the unfinished sagas' files once for
+    the batch rather than once per saga (a batch of n subjects read n times n rows)."""
+    from tombstone.lineage.db import LineageDB
+    from tombstone.saga import Saga
+
+    for subject, prefix in (("alice", "a-low"), ("Alice", "a-up"), ("bob", "b"), ("carol", "c-low"), ("Carol", "c-up")):
+        write_docs(tomb, subject, 1, prefix=prefix)
+    waiting = Saga.start(tomb, "carol")  # unfinished: carol.json stays chosen
+    reads = []
+    real = LineageDB.running_out_paths
+    monkeypatch.setattr(LineageDB, "running_out_paths", lambda self: reads.append(1) or real(self))
+    try:
+        done = tomb.erase_many(["alice", "Alice", "bob", "Carol"])
+    finally:
+        waiting.lock.release()
+    assert len(reads) == 1
+    names = [path.name for _, path in done]
+    # alice and Alice share a name on a case-insensitive file system; Carol's is the unfinished carol saga's
+    assert sorted(name.casefold() for name in names) == ["alice.2.json", "alice.json", "bob.json", "carol.2.json"]
+    assert len({path for _, path in done}) == 4 and all(path.is_file() for _, path in done)
+    assert [verified(tomb, path)["subject"] for _, path in done] == ["alice", "Alice", "bob", "Carol"]
+    assert tomb.lineage.saga(waiting.saga_id)["out_path"] == "carol.json"
+
+
+def test_an_unfinished_saga_recorded_with_a_file_outside_the_receipts_directory_stops_no_other_saga(tomb, tmp_path):
+    """A lineage db whose unfinished saga records a receipt file that leaves the receipts directory (``../``,
+    written into the db by hand): that saga refuses to write there, and other sagas still choose their files,
+    the default one and one named with --out, without that one's error."""
+    from tombstone.errors import SagaError
+    from tombstone.saga import Saga
+    from tombstone.saga.files import out_path_of
+
+    write_docs(tomb, "carol", 1)
+    write_docs(tomb, "bob", 1)
+    write_docs(tomb, "dave", 1)
+    waiting = Saga.start(tomb, "carol")
+    try:
+        with tomb.lineage.atomic() as conn:
+            conn.execute("UPDATE sagas SET out_path = '../outside.json' WHERE saga_id = ?", (waiting.saga_id,))
+        with pytest.raises(SagaError, match="not inside the receipts directory"):
+            out_path_of(tomb.context, "../outside.json")
+        _, default = tomb.erase("bob")
+        _, named = tomb.erase("dave", out=tmp_path / "dave-receipt.json")
+    finally:
+        waiting.lock.release()
+    assert default.name == "bob.json" and named == tmp_path / "dave-receipt.json"
+    assert verified(tomb, default)["subject"] == "bob" and verified(tomb, named)["subject"] == "dave"
+    assert not (tomb.config.receipts_dir.parent / "outside.json").exists()
+
+
 @pytest.fixture
 def deployed(tmp_path):
     root = tmp_path / "d"

@@ -3,7 +3,6 @@ caller's, or a free default name under the receipts directory), never one anothe
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tombstone.display import normal_subject
 from tombstone.errors import ConfigError, SagaError, UnknownSubjectError
 from tombstone.faults import kill_point
-from tombstone.receipt.files import file_name_key, numbered, receipt_in, same_file_name
+from tombstone.receipt.files import file_name_key, numbered, receipt_in
 from tombstone.saga.context import SagaContext
 
 if TYPE_CHECKING:
@@ -41,36 +40,51 @@ def stored_out_path(ctx: SagaContext, path: Path) -> str:
     return str(path.absolute())
 
 
-def _taken_by_others(ctx: SagaContext, saga_id: str, named: str | None = None) -> dict[Path, str]:
-    """The receipt files other unfinished sagas have chosen, with the saga that chose each; with ``named``,
-    only files whose name begins with it (compared as ``file_name_key`` does). A batch starts one saga after
-    another, so without that each would read every file the ones before it chose."""
-    prefix = None if named is None else os.path.normcase(named).casefold()
-    return {out_path_of(ctx, stored): other for other, stored in ctx.lineage.running_out_paths().items()
-            if other != saga_id
-            and (prefix is None or os.path.normcase(os.path.basename(stored)).casefold().startswith(prefix))}
+class RunningFiles:
+    """The receipt files unfinished sagas have chosen, by name (``file_name_key``), with the sagas that chose
+    each: read once and kept up to date by the caller (``chose``) while it creates a batch's sagas under
+    ``receipt_names_lock``, rather than read again for each saga (a batch of n sagas read n times n rows)."""
+
+    def __init__(self, ctx: SagaContext) -> None:
+        self.ctx = ctx
+        self._by_key: dict[str, dict[str, Path]] = {}
+        for saga_id, stored in ctx.lineage.running_out_paths().items():
+            self.chose(saga_id, stored)
+
+    def chose(self, saga_id: str, stored: str) -> None:
+        """``saga_id`` will write ``stored`` (as ``stored_out_path`` or ``user_out_path`` recorded it). A recorded
+        path that leaves the receipts directory is passed over: its saga refuses to write there (``out_path_of``),
+        and it does not stop other sagas from choosing theirs."""
+        try:
+            path = out_path_of(self.ctx, stored)
+        except SagaError:
+            return
+        self._by_key.setdefault(file_name_key(path), {})[saga_id] = path
+
+    def other(self, path: Path, saga_id: str) -> str | None:
+        """The unfinished saga other than ``saga_id`` that chose ``path`` (by name), or None."""
+        return next((other for other in self._by_key.get(file_name_key(path), {}) if other != saga_id), None)
 
 
-def free_receipt_path(ctx: SagaContext, base: Path, saga_id: str) -> Path:
+def free_receipt_path(ctx: SagaContext, base: Path, saga_id: str, running: RunningFiles | None = None) -> Path:
     """The first of ``base``, ``base`` with ``.2``, ``.3``, ... before its suffix, that no file holds (or that
-    holds this saga's own unsealed receipt) and no other unfinished saga has chosen. Call it under
-    ``receipt_names_lock``."""
-    # every candidate's name begins with the base's stem
-    taken = {file_name_key(other) for other in _taken_by_others(ctx, saga_id, named=base.stem)}
+    holds this saga's own unsealed receipt) and no other unfinished saga has chosen (``running``: read now when
+    not given). Call it under ``receipt_names_lock``."""
+    running = running or RunningFiles(ctx)
     n = 1
     while True:
         candidate = numbered(base, n)
-        if file_name_key(candidate) not in taken:
+        if running.other(candidate, saga_id) is None:
             held = receipt_in(candidate)
             if not candidate.exists() or (held is not None and held["saga_id"] == saga_id):
                 return candidate
         n += 1
 
 
-def user_out_path(ctx: SagaContext, out: str, saga_id: str) -> str:
+def user_out_path(ctx: SagaContext, out: str, saga_id: str, running: RunningFiles | None = None) -> str:
     """Check a receipt file the caller named (``--out``) and return it as recorded (absolute). Refuses one that
-    holds another saga's receipt (a sealed one above all), or that another unfinished saga will write.
-    Call it under ``receipt_names_lock``."""
+    holds another saga's receipt (a sealed one above all), or that another unfinished saga will write
+    (``running``: read now when not given). Call it under ``receipt_names_lock``."""
     path = Path(out).absolute()
     held = receipt_in(path)
     if held is not None and held["saga_id"] != saga_id:
@@ -78,9 +92,9 @@ def user_out_path(ctx: SagaContext, out: str, saga_id: str) -> str:
         what = f"sealed receipt #{seq}" if seq is not None else "a receipt"
         raise ConfigError(f"--out {out} already holds {what} (saga {held['saga_id']}); refusing to overwrite it:"
                           " name another file, or leave --out out to get a new file under receipts_dir")
-    for other_path, other in _taken_by_others(ctx, saga_id).items():
-        if same_file_name(path, other_path):
-            raise ConfigError(f"--out {out} is where unfinished saga {other} will write its receipt; name another file")
+    other = (running or RunningFiles(ctx)).other(path, saga_id)
+    if other is not None:
+        raise ConfigError(f"--out {out} is where unfinished saga {other} will write its receipt; name another file")
     return str(path)
 
 
@@ -95,16 +109,20 @@ def _normal(subject: str) -> str:
 
 
 def create_saga(ctx: SagaContext, saga_id: str, subject: str, out_path: str | None,
-                plan: dict[str, Any]) -> str:
+                plan: dict[str, Any], running: RunningFiles | None = None) -> str:
     """Record a new saga with its plan and the receipt file it will write, chosen now (the caller's file, or
-    a free default name) so that a resume after a crash writes the same file. Returns that file as recorded."""
+    a free default name) so that a resume after a crash writes the same file. Returns that file as recorded.
+    ``running``: the files unfinished sagas chose, kept by a caller that creates many (read now when not
+    given); the new saga's file is added to it."""
     with ctx.lineage.receipt_names_lock():
+        running = running or RunningFiles(ctx)
         if out_path:
-            stored = user_out_path(ctx, out_path, saga_id)
+            stored = user_out_path(ctx, out_path, saga_id, running)
         else:
-            stored = stored_out_path(ctx, free_receipt_path(ctx, ctx.receipt_path(subject), saga_id))
+            stored = stored_out_path(ctx, free_receipt_path(ctx, ctx.receipt_path(subject), saga_id, running))
         kill_point("saga:create:before")
         ctx.lineage.create_saga(saga_id, subject, stored, plan=plan)
+        running.chose(saga_id, stored)
     return stored
 
 
@@ -117,10 +135,12 @@ def create_deferred(ctx: SagaContext, sagas: Sequence["Saga"], chunk: int = 256)
         part = waiting[start : start + chunk]
         # the lock is held until the transaction commits: no other process chooses a name the batch has chosen
         with ctx.lineage.receipt_names_lock(), ctx.lineage.atomic():
-            stored = [create_saga(ctx, s.saga_id, s.subject, *s._creation) for s in part]
+            running = RunningFiles(ctx)  # read once for the chunk, each new saga's file added as it is chosen
+            stored = [create_saga(ctx, s.saga_id, s.subject, *s._creation, running=running) for s in part]
         for s, out in zip(part, stored):
             s.out_path, s._creation = out, None
             kill_point("saga:create:done")
 
 
-__all__ = ["create_deferred", "create_saga", "free_receipt_path", "out_path_of", "stored_out_path", "user_out_path"]
+__all__ = ["RunningFiles", "create_deferred", "create_saga", "free_receipt_path", "out_path_of", "stored_out_path",
+           "user_out_path"]
