@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import batch_growth
 import batch_scale
 import batches
 import caches
@@ -44,7 +45,7 @@ from common import header
 # In the order of the sections in RESULTS.md.
 MODULES: dict[str, ModuleType] = {m.__name__: m for m in (
     docstore_residue, docstore_erase, scan_rate, vector_stores, write_path, pgvector_residue, pgvector_scale, pgvector_probe, new_engines, crash_trials, batches,
-    batch_scale, workers, caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, chroma_floor, forensic_scan, semantic, semantic_templated,
+    batch_scale, batch_growth, workers, caches, dataset_shards, dataset_copies, read_path, faiss_threads, scale, chroma_floor, forensic_scan, semantic, semantic_templated,
     semantic_batch, model_unlearning, lora_copies, faults, startup,
 )}
 

@@ -22,7 +22,7 @@ from common import RESULTS, temp_dir
 # Measuring order: the single-process tables and the crash trials before any embedded PostgreSQL is
 # started in this process, the vector stores last.
 RUN_ORDER = ("docstore_residue", "docstore_erase", "scan_rate", "crash_trials", "caches", "dataset_shards",
-             "dataset_copies", "batches", "batch_scale", "faiss_threads", "workers", "pgvector_residue", "pgvector_scale", "pgvector_probe", "new_engines", "vector_stores", "write_path",
+             "dataset_copies", "batches", "batch_scale", "batch_growth", "faiss_threads", "workers", "pgvector_residue", "pgvector_scale", "pgvector_probe", "new_engines", "vector_stores", "write_path",
              "read_path", "scale", "chroma_floor", "forensic_scan", "semantic", "semantic_templated", "semantic_batch", "model_unlearning", "lora_copies",
              "faults", "startup")
 assert sorted(RUN_ORDER) == sorted(results.MODULES)
