@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -40,7 +39,7 @@ SHOWN = ("purge", "chain", "plans", "signed")
 
 
 def measure(backend: str, subjects: int, tmp: Path) -> dict:
-    from batch_scale import _timed
+    from batch_scale import _cpu, _timed
     from tombstone import Tombstone
     from tombstone.config import load_config
 
@@ -57,11 +56,6 @@ def measure(backend: str, subjects: int, tmp: Path) -> dict:
         assert len(done) == subjects and all(r["summary"].get("VERIFIED") == 100 for r, _ in done)
     return {"backend": backend, "subjects": subjects, "time": elapsed, "cpu": used, "parts": dict(parts),
             "load": os.getloadavg()[0]}
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run(tmp: Path) -> dict:
