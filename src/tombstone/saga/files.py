@@ -47,7 +47,7 @@ class RunningFiles:
 
     def __init__(self, ctx: SagaContext) -> None:
         self.ctx = ctx
-        self._by_key: dict[str, dict[str, Path]] = {}
+        self._by_key: dict[str, set[str]] = {}
         for saga_id, stored in ctx.lineage.running_out_paths().items():
             self.chose(saga_id, stored)
 
@@ -59,11 +59,11 @@ class RunningFiles:
             path = out_path_of(self.ctx, stored)
         except SagaError:
             return
-        self._by_key.setdefault(file_name_key(path), {})[saga_id] = path
+        self._by_key.setdefault(file_name_key(path), set()).add(saga_id)
 
     def other(self, path: Path, saga_id: str) -> str | None:
         """The unfinished saga other than ``saga_id`` that chose ``path`` (by name), or None."""
-        return next((other for other in self._by_key.get(file_name_key(path), {}) if other != saga_id), None)
+        return next((other for other in sorted(self._by_key.get(file_name_key(path), ())) if other != saga_id), None)
 
 
 def free_receipt_path(ctx: SagaContext, base: Path, saga_id: str, running: RunningFiles | None = None) -> Path:
